@@ -1,0 +1,3 @@
+from gpuwait.cli import main
+
+raise SystemExit(main())

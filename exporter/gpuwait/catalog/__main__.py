@@ -1,0 +1,5 @@
+import sys
+
+from gpuwait.catalog import render_markdown
+
+sys.stdout.write(render_markdown())

@@ -1,0 +1,57 @@
+"""How a collector is assembled: its sources, what each keeps in the window, how the window
+is summarised, and how the result maps to metrics. The registry at the bottom lists them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from gpuwait.config import Settings
+from gpuwait.reading import Reading
+from gpuwait.ring import WindowView
+from gpuwait.sources.base import Source
+
+
+class Sample(NamedTuple):
+    """One value for the exposition: a catalog name, label values in the catalog's order."""
+
+    name: str
+    labels: tuple[str, ...]
+    value: float
+
+
+class Snapshot(NamedTuple):
+    """What the exposition sees of one source: the latest Reading and the latest window stats."""
+
+    reading: Reading | None
+    stats: Any
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    name: str
+    factory: Callable[[Settings], Source]
+    #: Values of one Reading kept per sample in the window ring (None: no history kept).
+    columns: Callable[[Any], Mapping[Hashable, float]] | None = None
+    #: Window statistics from the ring (None: the source has none).
+    summarize: Callable[[WindowView, Settings], Any] | None = None
+    #: "fast" or "slow"; overrides the source class's own tier when set.
+    tier: str | None = None
+
+
+@dataclass(frozen=True)
+class CollectorSpec:
+    name: str
+    help: str
+    sources: tuple[SourceSpec, ...]
+    expose: Callable[[Mapping[str, Snapshot], Settings], Iterable[Sample]]
+    default_enabled: bool = True
+
+
+def registry() -> tuple[CollectorSpec, ...]:
+    """Every collector, in exposition order. Imported lazily so that config can register
+    each collector's flags before argument parsing."""
+    from gpuwait.exposition import cpu
+
+    return (cpu.COLLECTOR,)

@@ -1,0 +1,240 @@
+"""Flags and the YAML configuration file: one table of options, two ways to set them.
+
+Every option is a flag in node_exporter style (``--sample.interval=100ms``) and a key of the
+same name in ``--config.file`` (flat ``sample.interval: 100ms`` or nested
+``sample: {interval: 100ms}``). Flags given on the command line win over the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from gpuwait.errors import ConfigError
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: Any) -> float:
+    """'100ms', '1m30s', '2.5s' or a bare number of seconds -> seconds (float, > 0)."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a duration: {text!r}")
+    if isinstance(text, (int, float)):
+        seconds = float(text)
+    else:
+        s = str(text).strip()
+        pos, seconds = 0, 0.0
+        for m in _DURATION.finditer(s):
+            if m.start() != pos:
+                break
+            seconds += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+            pos = m.end()
+        if pos != len(s) or not s:
+            raise ValueError(f"not a duration (use e.g. 100ms, 5s, 1m): {text!r}")
+    if seconds <= 0:
+        raise ValueError(f"duration must be positive: {text!r}")
+    return seconds
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    s = str(value).strip().lower()
+    if s in ("true", "yes", "1", "on"):
+        return True
+    if s in ("false", "no", "0", "off"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def parse_regex(value: Any) -> re.Pattern[str]:
+    try:
+        return re.compile(str(value))
+    except re.error as e:
+        raise ValueError(f"bad regular expression {value!r}: {e}") from None
+
+
+def parse_fraction(value: Any) -> float:
+    f = float(value)
+    if not 0.0 <= f <= 1.0:
+        raise ValueError(f"must be between 0 and 1: {value!r}")
+    return f
+
+
+def parse_level(value: Any) -> str:
+    s = str(value).lower()
+    if s not in ("debug", "info", "warn", "error"):
+        raise ValueError(f"log level must be debug, info, warn or error: {value!r}")
+    return s
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # the flag without dashes, and the config key
+    parse: Callable[[Any], Any]
+    default: Any
+    help: str
+    metavar: str = ""
+
+
+OPTIONS: list[Option] = [
+    Option("web.listen-address", str, ":9975", "Address to serve metrics on.", "ADDR"),
+    Option("web.telemetry-path", str, "/metrics", "Path under which metrics are served.", "PATH"),
+    Option("path.procfs", str, "/proc", "procfs mount point (the host's /proc in a container).", "PATH"),
+    Option("path.sysfs", str, "/sys", "sysfs mount point (the host's /sys in a container).", "PATH"),
+    Option("sample.interval", parse_duration, 0.1, "Interval of the fast sampling tier (GPU utilization, CPU, PSI, disks, NICs, RDMA traffic).", "DURATION"),
+    Option("sample.slow-interval", parse_duration, 5.0, "Interval of the slow tier (RDMA port details and error counters, NFS mount statistics).", "DURATION"),
+    Option("analysis.window", parse_duration, 60.0, "Length of the window the exporter analyses its samples over.", "DURATION"),
+    Option("analysis.interval", parse_duration, 1.0, "How often window statistics are recomputed (not per scrape).", "DURATION"),
+    Option("log.level", parse_level, "info", "Only log messages with this severity or above: debug, info, warn, error.", "LEVEL"),
+    Option("collector.cpu.saturation-threshold", parse_fraction, 0.95, "Busy fraction over the window at or above which a core counts as saturated.", "RATIO"),
+]
+
+#: Collectors register themselves by name; each gets --collector.<name> / --no-collector.<name>.
+COLLECTOR_DEFAULTS: dict[str, bool] = {}
+
+
+def register_option(option: Option) -> None:
+    if any(o.name == option.name for o in OPTIONS):
+        raise ValueError(f"option {option.name} registered twice")
+    OPTIONS.append(option)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved configuration: every option by name, parsed."""
+
+    values: Mapping[str, Any]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def collector_enabled(self, name: str) -> bool:
+        return bool(self.values.get(f"collector.{name}", False))
+
+    @property
+    def sample_interval(self) -> float:
+        return self.values["sample.interval"]
+
+    @property
+    def slow_interval(self) -> float:
+        return self.values["sample.slow-interval"]
+
+    @property
+    def analysis_window(self) -> float:
+        return self.values["analysis.window"]
+
+
+def _all_options() -> dict[str, Option]:
+    opts = {o.name: o for o in OPTIONS}
+    for name, default in COLLECTOR_DEFAULTS.items():
+        opts[f"collector.{name}"] = Option(f"collector.{name}", parse_bool, default, f"Enable the {name} collector.")
+    return opts
+
+
+def _flatten(tree: Mapping, prefix: str, path: str) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{path}: key {key!r} is not a string")
+        full = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, full, path))
+        else:
+            flat[full] = value
+    return flat
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """Parse a config file into {option name: parsed value}; ConfigError names file and key."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config file: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        line = f" line {where.line + 1}" if where is not None else ""
+        raise ConfigError(f"{path}:{line} not valid YAML: {getattr(e, 'problem', e)}") from None
+    if tree is None:
+        return {}
+    if not isinstance(tree, Mapping):
+        raise ConfigError(f"{path}: top level must be a mapping of option names to values")
+    options = _all_options()
+    parsed: dict[str, Any] = {}
+    for key, value in _flatten(tree, "", path).items():
+        option = options.get(key)
+        if option is None or key == "config.file":
+            raise ConfigError(f"{path}: unknown key {key!r}")
+        try:
+            parsed[key] = option.parse(value)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{path}: key {key!r}: {e}") from None
+    return parsed
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one clear line, exit status 2
+        raise ConfigError(message)
+
+
+def build_parser(prog: str = "gpuwait-exporter") -> argparse.ArgumentParser:
+    parser = _ArgumentParser(
+        prog=prog,
+        description="Prometheus exporter that tells what each GPU is waiting for.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--config.file", dest="config.file", metavar="FILE", help="YAML file setting any of these options; flags override it.")
+    parser.add_argument("--version", action="store_true", help="Print the version and exit.")
+    for option in OPTIONS:
+        default = option.default.pattern if isinstance(option.default, re.Pattern) else option.default
+        parser.add_argument(
+            f"--{option.name}", dest=option.name, metavar=option.metavar or None,
+            default=None, help=f"{option.help} (default: {default})",
+        )
+    for name, default in sorted(COLLECTOR_DEFAULTS.items()):
+        group = parser.add_mutually_exclusive_group()
+        group.add_argument(f"--collector.{name}", dest=f"collector.{name}", action="store_const", const=True, default=None,
+                           help=f"Enable the {name} collector (default: {'enabled' if default else 'disabled'}).")
+        group.add_argument(f"--no-collector.{name}", dest=f"collector.{name}", action="store_const", const=False, default=None,
+                           help=argparse.SUPPRESS)
+    return parser
+
+
+def resolve(argv: Sequence[str] | None = None) -> tuple[Settings, argparse.Namespace]:
+    """Defaults, then the config file, then flags. Raises ConfigError with one clear line."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    options = _all_options()
+    values = {name: option.default for name, option in options.items()}
+    config_path = getattr(args, "config.file")
+    if config_path:
+        values.update(load_config_file(config_path))
+    for name, option in options.items():
+        given = getattr(args, name, None)
+        if given is None:
+            continue
+        try:
+            values[name] = given if isinstance(given, bool) else option.parse(given)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"flag --{name}: {e}") from None
+    values["config.file"] = config_path
+    settings = Settings(values)
+    _check_consistency(settings)
+    return settings, args
+
+
+def _check_consistency(settings: Settings) -> None:
+    if settings.analysis_window < 2 * settings.sample_interval:
+        raise ConfigError("analysis.window must hold at least two samples of sample.interval")
+    if settings.slow_interval < settings.sample_interval:
+        raise ConfigError("sample.slow-interval must not be shorter than sample.interval")
+    path = settings["web.telemetry-path"]
+    if not path.startswith("/") or path in ("/", "/-/healthy", "/-/ready"):
+        raise ConfigError(f"web.telemetry-path must be an absolute path other than /, /-/healthy, /-/ready: {path!r}")

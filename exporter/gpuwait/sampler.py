@@ -1,0 +1,186 @@
+"""The sampler: one worker thread per source, each on its own schedule, feeding bounded
+window rings; and an analysis thread that summarises the rings on a schedule.
+
+A thread per source is what keeps one slow or hung file (an NFS mount, a GPU in a bad state)
+from delaying every other signal. The scrape path only reads references that the workers
+swap in whole, so it never waits for a read.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuwait.collectors import CollectorSpec, Snapshot, SourceSpec
+from gpuwait.config import Settings
+from gpuwait.errors import SourceError
+from gpuwait.reading import Reading
+from gpuwait.ring import ColumnRing
+from gpuwait.sources.base import Source
+
+log = logging.getLogger("gpuwait.sampler")
+
+
+@dataclass
+class SourceState:
+    """Everything the exposition needs to know about one source, updated by its worker."""
+
+    spec: SourceSpec
+    source: Source
+    interval: float
+    ring: ColumnRing | None
+    latest: Reading | None = None
+    stats: Any = None
+    up: bool = False
+    reads: int = 0
+    read_seconds: float = 0.0
+    errors: int = 0
+    overruns: int = 0
+    window_samples: int = 0
+    mean_read_seconds: float = math.nan
+    max_lag_seconds: float = math.nan
+    #: (monotonic time, read duration, lag) of recent reads, for the window self-stats.
+    timings: list[tuple[float, float, float]] = field(default_factory=list)
+    active_causes: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.latest, self.stats)
+
+
+class Sampler:
+    def __init__(self, collectors: list[CollectorSpec], settings: Settings, sources: dict[str, Source] | None = None) -> None:
+        self.settings = settings
+        self.collectors = collectors
+        self.states: dict[str, SourceState] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.analysis_seconds = math.nan
+        self.analysis_runs = 0
+        window = settings.analysis_window
+        for collector in collectors:
+            for spec in collector.sources:
+                source = (sources or {}).get(spec.name) or spec.factory(settings)
+                tier = spec.tier or source.tier
+                interval = settings.slow_interval if tier == "slow" else settings.sample_interval
+                capacity = max(2, int(math.ceil(window / interval)) + 1)
+                ring = ColumnRing(capacity) if spec.columns else None
+                self.states[spec.name] = SourceState(spec, source, interval, ring)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        for state in self.states.values():
+            t = threading.Thread(target=self._run_source, args=(state,), name=f"sample-{state.spec.name}", daemon=True)
+            self._threads.append(t)
+        self._threads.append(threading.Thread(target=self._run_analysis, name="analysis", daemon=True))
+        for t in self._threads:
+            t.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        for state in self.states.values():
+            try:
+                state.source.close()
+            except Exception:  # closing must never stop the shutdown of the others
+                log.debug("closing source %s failed", state.spec.name, exc_info=True)
+
+    def alive(self) -> bool:
+        return bool(self._threads) and all(t.is_alive() for t in self._threads)
+
+    def ready(self) -> bool:
+        """Every source has been tried at least once."""
+        return all(s.reads > 0 for s in self.states.values())
+
+    # -- one source ------------------------------------------------------------------------
+    def _run_source(self, state: SourceState) -> None:
+        interval = state.interval
+        next_due = time.monotonic()
+        while not self._stop.is_set():
+            started = time.monotonic()
+            lag = max(0.0, started - next_due)
+            self.sample_once(state, lag)
+            next_due += interval
+            now = time.monotonic()
+            if now > next_due:
+                # The read outlasted its slot: skip the missed slots rather than run back to back.
+                missed = int((now - next_due) // interval) + 1
+                state.overruns += missed
+                next_due += missed * interval
+            self._stop.wait(max(0.0, next_due - time.monotonic()))
+
+    def sample_once(self, state: SourceState, lag: float = 0.0) -> None:
+        """Read one source once and fold the result into its state (also used by tests)."""
+        started = time.monotonic()
+        details: dict[str, str] = {}
+        reading: Reading | None = None
+        try:
+            reading = state.source.read()
+            for cause in reading.errors:
+                details[cause] = "part of the source could not be read; its series are left out"
+        except SourceError as e:
+            details[e.cause] = e.detail
+        except Exception as e:  # a bug in a source must cost that source only
+            cause = f"internal:{type(e).__name__}"
+            details[cause] = str(e)
+            if cause not in state.active_causes:
+                log.error("source %s failed unexpectedly", state.spec.name, exc_info=True)
+        duration = time.monotonic() - started
+        columns = None
+        if reading is not None and state.spec.columns is not None:
+            try:
+                columns = state.spec.columns(reading.data)
+            except Exception as e:
+                details["internal:columns"] = str(e)
+        with state.lock:
+            state.reads += 1
+            state.read_seconds += duration
+            state.errors += len(details)
+            state.timings.append((started, duration, lag))
+            if reading is not None:
+                state.latest = reading
+                if columns is not None and state.ring is not None:
+                    state.ring.append(reading.t, columns)
+            state.up = reading is not None
+        # Log each cause once when it starts and once when it clears, not once per sample.
+        for cause, detail in details.items():
+            if cause not in state.active_causes:
+                log.warning("source %s: %s%s", state.spec.name, cause, f" ({detail})" if detail else "")
+        for cause in state.active_causes - details.keys():
+            log.info("source %s recovered from %s", state.spec.name, cause)
+        state.active_causes = set(details)
+
+    # -- analysis --------------------------------------------------------------------------
+    def _run_analysis(self) -> None:
+        interval = self.settings["analysis.interval"]
+        while not self._stop.wait(interval):
+            self.analyse_once()
+
+    def analyse_once(self) -> None:
+        started = time.monotonic()
+        horizon = started - self.settings.analysis_window
+        for state in self.states.values():
+            with state.lock:
+                view = state.ring.view(since=horizon) if state.ring is not None else None
+                state.timings = [t for t in state.timings if t[0] >= horizon]
+                timings = list(state.timings)
+            if timings:
+                state.mean_read_seconds = math.fsum(t[1] for t in timings) / len(timings)
+                state.max_lag_seconds = max(t[2] for t in timings)
+            state.window_samples = len(view) if view is not None else len(timings)
+            if view is not None and state.spec.summarize is not None:
+                try:
+                    state.stats = state.spec.summarize(view, self.settings)
+                except Exception:
+                    log.error("window analysis of %s failed", state.spec.name, exc_info=True)
+                    state.stats = None
+                    with state.lock:
+                        state.errors += 1
+        self.analysis_seconds = time.monotonic() - started
+        self.analysis_runs += 1

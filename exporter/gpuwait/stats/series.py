@@ -1,0 +1,106 @@
+"""Pure statistics over window columns (lists of floats, NaN for missing).
+
+Counters are turned into per-interval increases with resets skipped: a value that goes
+backwards means the device was re-plugged or the counter reset, and publishing the negative
+difference would invent a rate. Where a counter's width is known (``modulus``) a decrease
+from the upper half of its range is taken as a wrap instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def _valid(x: float) -> bool:
+    return x == x  # NaN is the only float unequal to itself
+
+
+def increase(prev: float, cur: float, modulus: float | None = None) -> float | None:
+    """The counter's increase between two reads, or None for a reset."""
+    if cur >= prev:
+        return cur - prev
+    if modulus is not None and prev >= modulus / 2 and cur < modulus / 2:
+        return cur + modulus - prev
+    return None
+
+
+def interval_rates(
+    times: Sequence[float], values: Sequence[float], modulus: float | None = None
+) -> list[float]:
+    """Per-second rate over each pair of consecutive valid samples, resets skipped."""
+    rates = []
+    prev_t = prev_v = None
+    for t, v in zip(times, values):
+        if not _valid(v):
+            continue
+        if prev_v is not None and t > prev_t:
+            inc = increase(prev_v, v, modulus)
+            if inc is not None:
+                rates.append(inc / (t - prev_t))
+        prev_t, prev_v = t, v
+    return rates
+
+
+def total_increase(
+    times: Sequence[float], values: Sequence[float], modulus: float | None = None
+) -> tuple[float, float] | None:
+    """(increase, seconds covered) summed over valid intervals, or None if there are none."""
+    inc_sum = 0.0
+    span = 0.0
+    prev_t = prev_v = None
+    for t, v in zip(times, values):
+        if not _valid(v):
+            continue
+        if prev_v is not None and t > prev_t:
+            inc = increase(prev_v, v, modulus)
+            if inc is not None:
+                inc_sum += inc
+                span += t - prev_t
+        prev_t, prev_v = t, v
+    return (inc_sum, span) if span > 0 else None
+
+
+def window_rate(
+    times: Sequence[float], values: Sequence[float], modulus: float | None = None
+) -> float | None:
+    """Mean per-second increase over the window, or None with fewer than two samples."""
+    covered = total_increase(times, values, modulus)
+    return covered[0] / covered[1] if covered else None
+
+
+def valid(values: Sequence[float]) -> list[float]:
+    return [v for v in values if _valid(v)]
+
+
+def mean(values: Sequence[float]) -> float | None:
+    vals = valid(values)
+    return math.fsum(vals) / len(vals) if vals else None
+
+
+def maximum(values: Sequence[float]) -> float | None:
+    vals = valid(values)
+    return max(vals) if vals else None
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated quantile (q in 0..1) of the valid values."""
+    vals = sorted(valid(values))
+    if not vals:
+        return None
+    pos = q * (len(vals) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(vals) - 1)
+    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+
+
+def burstiness(rates: Sequence[float]) -> float | None:
+    """Coefficient of variation of per-interval rates: ~0 for steady traffic, >1 for bursts."""
+    vals = valid(rates)
+    if len(vals) < 2:
+        return None
+    avg = math.fsum(vals) / len(vals)
+    if avg <= 0:
+        return 0.0
+    var = math.fsum((v - avg) ** 2 for v in vals) / len(vals)
+    return math.sqrt(var) / avg
