@@ -38,6 +38,9 @@ class SourceSpec:
     summarize: Callable[[WindowView, Settings], Any] | None = None
     #: "fast" or "slow"; overrides the source class's own tier when set.
     tier: str | None = None
+    #: For sources whose one Reading carries many timed samples (e.g. the GPU driver's
+    #: utilization buffer): (monotonic time, values) rows to append instead of ``columns``.
+    rows: Callable[[Reading], Iterable[tuple[float, Mapping[Hashable, float]]]] | None = None
 
 
 @dataclass(frozen=True)

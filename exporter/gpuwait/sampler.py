@@ -12,6 +12,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +69,7 @@ class Sampler:
                 tier = spec.tier or source.tier
                 interval = settings.slow_interval if tier == "slow" else settings.sample_interval
                 capacity = max(2, int(math.ceil(window / interval)) + 1)
-                ring = ColumnRing(capacity) if spec.columns else None
+                ring = ColumnRing(capacity) if (spec.columns or spec.rows) else None
                 self.states[spec.name] = SourceState(spec, source, interval, ring)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -132,10 +133,13 @@ class Sampler:
             if cause not in state.active_causes:
                 log.error("source %s failed unexpectedly", state.spec.name, exc_info=True)
         duration = time.monotonic() - started
-        columns = None
-        if reading is not None and state.spec.columns is not None:
+        rows: list[tuple[float, Mapping[Hashable, float]]] = []
+        if reading is not None:
             try:
-                columns = state.spec.columns(reading.data)
+                if state.spec.rows is not None:
+                    rows = [row for row in state.spec.rows(reading) if row[1]]
+                elif state.spec.columns is not None:
+                    rows = [(reading.t, state.spec.columns(reading.data))]
             except Exception as e:
                 details["internal:columns"] = str(e)
         with state.lock:
@@ -145,8 +149,9 @@ class Sampler:
             state.timings.append((started, duration, lag))
             if reading is not None:
                 state.latest = reading
-                if columns is not None and state.ring is not None:
-                    state.ring.append(reading.t, columns)
+                if state.ring is not None:
+                    for t, values in rows:
+                        state.ring.append(t, values)
             state.up = reading is not None
         # Log each cause once when it starts and once when it clears, not once per sample.
         for cause, detail in details.items():
