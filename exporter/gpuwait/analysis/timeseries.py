@@ -1,0 +1,129 @@
+"""Pure signal statistics over sub-second series: alignment, correlation and periodicity.
+
+Sources are sampled by separate threads, so their samples never share timestamps; every
+comparison starts by putting them on one grid.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def grid(start: float, end: float, step: float) -> list[float]:
+    """Evenly spaced times from start to end inclusive (within a tolerance of step/1000)."""
+    if step <= 0:
+        raise ValueError("step must be positive")
+    if end < start:
+        return []
+    n = int(math.floor((end - start) / step + 1e-3)) + 1
+    return [start + i * step for i in range(n)]
+
+
+def sample_and_hold(times: Sequence[float], values: Sequence[float], at: Sequence[float], max_age: float) -> list[float]:
+    """The latest valid value at or before each time in ``at`` (both ascending), NaN where the
+    latest is older than ``max_age`` — a gauge is as good as its last reading, not forever."""
+    out = []
+    j = -1
+    last_t = last_v = math.nan
+    n = len(times)
+    for t in at:
+        while j + 1 < n and times[j + 1] <= t:
+            j += 1
+            v = values[j]
+            if v == v:
+                last_t, last_v = times[j], v
+        out.append(last_v if last_t == last_t and t - last_t <= max_age else math.nan)
+    return out
+
+
+def interval_rates_at(
+    times: Sequence[float], counter: Sequence[float], at: Sequence[float], max_gap: float,
+    modulus: float | None = None,
+) -> list[float]:
+    """Rate of a counter over the sampling interval that covers each time in ``at``.
+
+    For a grid point t, the rate is the increase between the last sample at or before t and
+    the first sample after it, divided by their distance; NaN when either is missing, the
+    interval is longer than ``max_gap`` or the counter went backwards (reset).
+    """
+    from gpuwait.stats.series import increase
+
+    pairs = [(t, v) for t, v in zip(times, counter) if v == v]
+    out = []
+    j = 0
+    for t in at:
+        while j + 1 < len(pairs) and pairs[j + 1][0] <= t:
+            j += 1
+        if j + 1 >= len(pairs) or pairs[j][0] > t:
+            out.append(math.nan)
+            continue
+        (t0, v0), (t1, v1) = pairs[j], pairs[j + 1]
+        inc = increase(v0, v1, modulus)
+        out.append(inc / (t1 - t0) if inc is not None and 0 < t1 - t0 <= max_gap else math.nan)
+    return out
+
+
+def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Correlation of the pairs where both are valid; None when either side is constant."""
+    pairs = [(x, y) for x, y in zip(xs, ys) if x == x and y == y]
+    n = len(pairs)
+    if n < 3:
+        return None
+    mx = math.fsum(p[0] for p in pairs) / n
+    my = math.fsum(p[1] for p in pairs) / n
+    sxx = math.fsum((p[0] - mx) ** 2 for p in pairs)
+    syy = math.fsum((p[1] - my) ** 2 for p in pairs)
+    if sxx <= 1e-12 * n or syy <= 1e-12 * n:
+        return None
+    sxy = math.fsum((p[0] - mx) * (p[1] - my) for p in pairs)
+    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+
+
+def autocorrelation(values: Sequence[float], max_lag: int) -> list[float]:
+    """Normalised autocorrelation r[0..max_lag] of an evenly sampled series (NaN as the mean)."""
+    valid = [v for v in values if v == v]
+    n = len(values)
+    if len(valid) < 3:
+        return []
+    m = math.fsum(valid) / len(valid)
+    x = [(v - m) if v == v else 0.0 for v in values]
+    denom = math.fsum(v * v for v in x)
+    if denom <= 1e-12:
+        return []
+    max_lag = min(max_lag, n - 1)
+    return [math.fsum(x[i] * x[i + lag] for i in range(n - lag)) / denom for lag in range(max_lag + 1)]
+
+
+def dominant_period(values: Sequence[float], step: float, min_cycles: int = 3) -> tuple[float, float] | None:
+    """(period in seconds, strength 0..1) of the strongest repetition in the series.
+
+    The period is the lag of the highest autocorrelation peak after the first zero crossing,
+    so a slowly drifting series does not read as periodic; only periods that repeat at least
+    ``min_cycles`` times in the window are considered. The strength is the autocorrelation at
+    that lag, corrected for the shrinking overlap: ~1 for a clean square wave, ~0 for noise.
+    None when nothing repeats.
+    """
+    n = len(values)
+    max_lag = n // min_cycles
+    r = autocorrelation(values, max_lag)
+    if len(r) < 4:
+        return None
+    first_zero = next((k for k in range(1, len(r)) if r[k] <= 0), None)
+    if first_zero is None:
+        return None
+    peaks = [
+        (k, r[k] * n / (n - k))
+        for k in range(first_zero + 1, len(r) - 1)
+        if r[k] >= r[k - 1] and r[k] >= r[k + 1] and r[k] > 0
+    ]
+    if not peaks:
+        return None
+    top = max(strength for _, strength in peaks)
+    # Multiples of the period peak almost as high; the fundamental is the first that does.
+    best_lag, best = next((k, s) for k, s in peaks if s >= 0.9 * top)
+    # Refine the lag to sub-sample precision with a parabola through the peak.
+    a, b, c = r[best_lag - 1], r[best_lag], r[best_lag + 1]
+    denom = a - 2 * b + c
+    offset = 0.5 * (a - c) / denom if denom < 0 else 0.0
+    return (best_lag + offset) * step, min(1.0, best)
