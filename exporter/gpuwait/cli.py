@@ -18,6 +18,8 @@ from gpuwait.errors import ConfigError
 from gpuwait.exposition.collector import GpuwaitCollector
 from gpuwait.sampler import Sampler
 from gpuwait.server import make_server, serve_in_thread
+from gpuwait.trace.file import TraceError, TraceReader, TraceWriter
+from gpuwait.trace.replay import ReplayedSource, Replayer
 
 log = logging.getLogger("gpuwait")
 
@@ -48,6 +50,30 @@ def enabled_collectors(settings: Settings) -> list[CollectorSpec]:
     return [c for c in registry() if settings.collector_enabled(c.name)]
 
 
+def payload_types(collectors: list[CollectorSpec]) -> dict[str, type]:
+    return {s.name: s.payload for c in collectors for s in c.sources if s.payload is not None}
+
+
+def _replay_sampler(collectors: list[CollectorSpec], settings: Settings) -> tuple[Sampler, Replayer]:
+    """A sampler whose sources are fed from a trace instead of this host's files."""
+    reader = TraceReader(settings["replay.file"], payload_types(registry()))
+    sampler = Sampler(collectors, settings, make_source=lambda spec, _s: ReplayedSource(spec.name, spec.tier or "fast"))
+    log.info("replaying %s (recorded on %s at %s) at speed %g", settings["replay.file"], reader.header.host or "?", reader.header.created or "?", settings["replay.speed"])
+    return sampler, Replayer(sampler, reader, settings["replay.speed"])
+
+
+def _recorder(sampler: Sampler, settings: Settings) -> TraceWriter:
+    try:
+        writer = TraceWriter(settings["record.file"], meta={
+            "sample_interval": settings.sample_interval, "slow_interval": settings.slow_interval,
+            "analysis_window": settings.analysis_window, "analysis_interval": settings["analysis.interval"],
+        })
+    except OSError as e:
+        raise ConfigError(f"record.file: cannot write {settings['record.file']}: {e.strerror or e}") from None
+    sampler.observers.append(writer.write)
+    return writer
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     for collector in registry():
         COLLECTOR_DEFAULTS.setdefault(collector.name, collector.default_enabled)
@@ -62,17 +88,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(settings["log.level"])
 
     collectors = enabled_collectors(settings)
+    replayer = None
+    recorder = None
     try:
-        sampler = Sampler(collectors, settings)
-    except ConfigError as e:
+        if settings["replay.file"]:
+            sampler, replayer = _replay_sampler(collectors, settings)
+        else:
+            sampler = Sampler(collectors, settings)
+            if settings["record.file"]:
+                recorder = _recorder(sampler, settings)
+    except (ConfigError, TraceError) as e:
         print(f"gpuwait-exporter: error: {e}", file=sys.stderr)
         return 2
+    ready = (lambda: replayer.readings > 0 or replayer.finished.is_set()) if replayer else sampler.ready
     prom_registry = CollectorRegistry(auto_describe=False)
     prom_registry.register(GpuwaitCollector(sampler, collectors))
     try:
         server = make_server(
             settings["web.listen-address"], settings["web.telemetry-path"], prom_registry,
-            healthy=sampler.alive, ready=sampler.ready,
+            healthy=(lambda: True) if replayer else sampler.alive, ready=ready,
         )
     except ConfigError as e:
         print(f"gpuwait-exporter: error: {e}", file=sys.stderr)
@@ -90,7 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
 
-    sampler.start()
+    if replayer:
+        threading.Thread(target=replayer.run, args=(stop,), name="replay", daemon=True).start()
+    else:
+        sampler.start()
     serve_in_thread(server)
     host, port = server.server_address[:2]
     log.info(
@@ -103,6 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         pass
     server.shutdown()
     server.server_close()
-    sampler.stop()
+    if not replayer:
+        sampler.stop()
+    if recorder:
+        recorder.close()
     log.info("stopped")
     return 0

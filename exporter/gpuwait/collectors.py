@@ -41,6 +41,8 @@ class SourceSpec:
     #: For sources whose one Reading carries many timed samples (e.g. the GPU driver's
     #: utilization buffer): (monotonic time, values) rows to append instead of ``columns``.
     rows: Callable[[Reading], Iterable[tuple[float, Mapping[Hashable, float]]]] | None = None
+    #: The class of ``Reading.data``, so a recorded trace can be decoded back into it.
+    payload: type | None = None
 
 
 @dataclass(frozen=True)

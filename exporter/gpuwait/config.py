@@ -67,6 +67,13 @@ def parse_fraction(value: Any) -> float:
     return f
 
 
+def parse_speed(value: Any) -> float:
+    f = float(value)
+    if not f >= 0 or f == float("inf"):
+        raise ValueError(f"must be a finite number >= 0: {value!r}")
+    return f
+
+
 def parse_level(value: Any) -> str:
     s = str(value).lower()
     if s not in ("debug", "info", "warn", "error"):
@@ -81,6 +88,8 @@ class Option:
     default: Any
     help: str
     metavar: str = ""
+    #: Extra flag spellings, e.g. the short "--replay" for "--replay.file".
+    aliases: tuple[str, ...] = ()
 
 
 OPTIONS: list[Option] = [
@@ -93,6 +102,9 @@ OPTIONS: list[Option] = [
     Option("analysis.window", parse_duration, 60.0, "Length of the window the exporter analyses its samples over.", "DURATION"),
     Option("analysis.interval", parse_duration, 1.0, "How often window statistics are recomputed (not per scrape).", "DURATION"),
     Option("log.level", parse_level, "info", "Only log messages with this severity or above: debug, info, warn, error.", "LEVEL"),
+    Option("record.file", str, "", "Record every Reading the sampler takes to this trace file (.gz compresses); see docs/trace-format.md.", "FILE"),
+    Option("replay.file", str, "", "Replay a recorded trace through the analysis and exposition instead of sampling this host.", "FILE", aliases=("replay",)),
+    Option("replay.speed", parse_speed, 1.0, "Replay speed factor; 0 replays as fast as possible.", "FACTOR"),
     Option("collector.cpu.saturation-threshold", parse_fraction, 0.95, "Busy fraction over the window at or above which a core counts as saturated.", "RATIO"),
 ]
 
@@ -195,7 +207,7 @@ def build_parser(prog: str = "gpuwait-exporter") -> argparse.ArgumentParser:
     for option in OPTIONS:
         default = option.default.pattern if isinstance(option.default, re.Pattern) else option.default
         parser.add_argument(
-            f"--{option.name}", dest=option.name, metavar=option.metavar or None,
+            f"--{option.name}", *(f"--{alias}" for alias in option.aliases), dest=option.name, metavar=option.metavar or None,
             default=None, help=f"{option.help} (default: {default})",
         )
     for name, default in sorted(COLLECTOR_DEFAULTS.items()):
@@ -235,6 +247,8 @@ def _check_consistency(settings: Settings) -> None:
         raise ConfigError("analysis.window must hold at least two samples of sample.interval")
     if settings.slow_interval < settings.sample_interval:
         raise ConfigError("sample.slow-interval must not be shorter than sample.interval")
+    if settings["record.file"] and settings["replay.file"]:
+        raise ConfigError("record.file and replay.file cannot be used together")
     path = settings["web.telemetry-path"]
     if not path.startswith("/") or path in ("/", "/-/healthy", "/-/ready"):
         raise ConfigError(f"web.telemetry-path must be an absolute path other than /, /-/healthy, /-/ready: {path!r}")

@@ -12,7 +12,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +54,10 @@ class SourceState:
 
 
 class Sampler:
-    def __init__(self, collectors: list[CollectorSpec], settings: Settings, sources: dict[str, Source] | None = None) -> None:
+    def __init__(
+        self, collectors: list[CollectorSpec], settings: Settings,
+        make_source: Callable[[SourceSpec, Settings], Source] | None = None,
+    ) -> None:
         self.settings = settings
         self.collectors = collectors
         self.states: dict[str, SourceState] = {}
@@ -62,10 +65,12 @@ class Sampler:
         self._threads: list[threading.Thread] = []
         self.analysis_seconds = math.nan
         self.analysis_runs = 0
+        #: Called with every Reading taken (e.g. a trace recorder); must be quick.
+        self.observers: list[Callable[[Reading], None]] = []
         window = settings.analysis_window
         for collector in collectors:
             for spec in collector.sources:
-                source = (sources or {}).get(spec.name) or spec.factory(settings)
+                source = make_source(spec, settings) if make_source else spec.factory(settings)
                 tier = spec.tier or source.tier
                 interval = settings.slow_interval if tier == "slow" else settings.sample_interval
                 capacity = max(2, int(math.ceil(window / interval)) + 1)
@@ -123,8 +128,6 @@ class Sampler:
         reading: Reading | None = None
         try:
             reading = state.source.read()
-            for cause in reading.errors:
-                details[cause] = "part of the source could not be read; its series are left out"
         except SourceError as e:
             details[e.cause] = e.detail
         except Exception as e:  # a bug in a source must cost that source only
@@ -133,6 +136,18 @@ class Sampler:
             if cause not in state.active_causes:
                 log.error("source %s failed unexpectedly", state.spec.name, exc_info=True)
         duration = time.monotonic() - started
+        self.ingest(state, reading, details, started, duration, lag)
+
+    def ingest(
+        self, state: SourceState, reading: Reading | None, details: dict[str, str] | None = None,
+        started: float | None = None, duration: float = 0.0, lag: float = 0.0,
+    ) -> None:
+        """Fold one read's outcome into the source's state: the path shared by live sampling
+        and by replay, so a replayed trace is analysed exactly like the live run was."""
+        details = dict(details or {})
+        if reading is not None:
+            for cause in reading.errors:
+                details.setdefault(cause, "part of the source could not be read; its series are left out")
         rows: list[tuple[float, Mapping[Hashable, float]]] = []
         if reading is not None:
             try:
@@ -146,13 +161,20 @@ class Sampler:
             state.reads += 1
             state.read_seconds += duration
             state.errors += len(details)
-            state.timings.append((started, duration, lag))
+            when = started if started is not None else (reading.t if reading is not None else time.monotonic())
+            state.timings.append((when, duration, lag))
             if reading is not None:
                 state.latest = reading
                 if state.ring is not None:
                     for t, values in rows:
                         state.ring.append(t, values)
             state.up = reading is not None
+        if reading is not None:
+            for observe in self.observers:
+                try:
+                    observe(reading)
+                except Exception:
+                    log.error("reading observer failed", exc_info=True)
         # Log each cause once when it starts and once when it clears, not once per sample.
         for cause, detail in details.items():
             if cause not in state.active_causes:
@@ -167,9 +189,11 @@ class Sampler:
         while not self._stop.wait(interval):
             self.analyse_once()
 
-    def analyse_once(self) -> None:
+    def analyse_once(self, now: float | None = None) -> None:
+        """Summarise every window. ``now`` is the time the window ends at: the monotonic clock
+        when live, the trace's clock during a replay."""
         started = time.monotonic()
-        horizon = started - self.settings.analysis_window
+        horizon = (started if now is None else now) - self.settings.analysis_window
         for state in self.states.values():
             with state.lock:
                 view = state.ring.view(since=horizon) if state.ring is not None else None

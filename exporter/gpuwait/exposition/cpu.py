@@ -35,6 +35,6 @@ def expose(snapshots: Mapping[str, Snapshot], settings: Settings) -> Iterator[Sa
 COLLECTOR = CollectorSpec(
     name="cpu",
     help="Per-core CPU time, run queue and saturation (A2, A3).",
-    sources=(SourceSpec("cpu", lambda s: CpuSource(HostPaths.from_settings(s)), cpu_stats.columns, cpu_stats.summarize),),
+    sources=(SourceSpec("cpu", lambda s: CpuSource(HostPaths.from_settings(s)), cpu_stats.columns, cpu_stats.summarize, payload=CpuData),),
     expose=expose,
 )

@@ -1,0 +1,168 @@
+"""The trace file: gzip-compressed JSON lines, one header then one Reading per line.
+The format is specified in docs/trace-format.md; keep the two in step."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import IO, Any
+
+from gpuwait import __version__
+from gpuwait.reading import Reading
+from gpuwait.trace.codec import DecodeError, from_jsonable, to_jsonable
+
+FORMAT = "gpuwait-trace"
+VERSION = 1
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read; the message names the file and the line."""
+
+
+@dataclass(frozen=True)
+class TraceHeader:
+    version: int
+    created: str
+    host: str
+    #: Free-form facts about the recording (intervals, window, gpuwait version).
+    meta: dict[str, Any]
+
+
+class TraceWriter:
+    """Appends Readings as they are taken. Thread-safe: every source thread calls ``write``."""
+
+    def __init__(self, path: str, meta: Mapping[str, Any] | None = None, flush_interval: float = 1.0) -> None:
+        raw = open(path, "wb")
+        self._file: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) if path.endswith(".gz") else raw
+        self._raw = raw
+        self._lock = threading.Lock()
+        self._origin: float | None = None
+        self._flush_interval = flush_interval
+        self._last_flush = time.monotonic()
+        header = {
+            "format": FORMAT,
+            "version": VERSION,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "host": socket.gethostname(),
+            "meta": {"gpuwait_version": __version__, **dict(meta or {})},
+        }
+        self._write_line(header)
+
+    def _write_line(self, obj: Any) -> None:
+        self._file.write(json.dumps(obj, separators=(",", ":"), allow_nan=False).encode() + b"\n")
+
+    def write(self, reading: Reading) -> None:
+        with self._lock:
+            if self._file.closed:
+                return
+            if self._origin is None:
+                self._origin = reading.t
+            self._write_line({
+                "t": round(reading.t - self._origin, 6),
+                "source": reading.source,
+                "data": to_jsonable(reading.data),
+                **({"errors": list(reading.errors)} if reading.errors else {}),
+            })
+            now = time.monotonic()
+            if now - self._last_flush >= self._flush_interval:
+                # A sync flush per second: a node that dies mid-incident still leaves a readable trace.
+                self._file.flush()
+                self._last_flush = now
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.close()
+            if not self._raw.closed:
+                self._raw.close()
+
+
+def _open_text(path: str) -> IO[str]:
+    try:
+        raw = open(path, "rb")
+    except OSError as e:
+        raise TraceError(f"{path}: cannot open trace: {e.strerror or e}") from None
+    magic = raw.read(2)
+    raw.seek(0)
+    stream: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
+    return io.TextIOWrapper(stream, encoding="utf-8", errors="strict")
+
+
+class TraceReader:
+    """Reads a trace lazily. ``payloads`` maps source names to payload classes; a line of a
+    source not in it is an error, since replaying it would silently lose a signal."""
+
+    def __init__(self, path: str, payloads: Mapping[str, type]) -> None:
+        self.path = path
+        self.payloads = dict(payloads)
+        self._text = _open_text(path)
+        self._lineno = 0
+        first = self._next_json()
+        if first is None:
+            raise TraceError(f"{path}: empty trace (no header line)")
+        if not isinstance(first, dict) or first.get("format") != FORMAT:
+            raise TraceError(f"{path}:1: not a gpuwait trace (header must have \"format\": \"{FORMAT}\")")
+        version = first.get("version")
+        if version != VERSION:
+            raise TraceError(f"{path}:1: trace version {version!r} is not supported (this gpuwait reads version {VERSION})")
+        self.header = TraceHeader(version, str(first.get("created", "")), str(first.get("host", "")), dict(first.get("meta") or {}))
+
+    def _next_json(self) -> Any:
+        while True:
+            try:
+                line = self._text.readline()
+            except (EOFError, OSError, gzip.BadGzipFile) as e:
+                raise TraceError(f"{self.path}:{self._lineno + 1}: truncated or corrupt compressed data ({e})") from None
+            except UnicodeDecodeError:
+                raise TraceError(f"{self.path}:{self._lineno + 1}: not UTF-8 text") from None
+            if not line:
+                return None
+            self._lineno += 1
+            if not line.strip():
+                continue
+            if not line.endswith("\n"):
+                raise TraceError(f"{self.path}:{self._lineno}: truncated line (no newline at end)")
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TraceError(f"{self.path}:{self._lineno}: not valid JSON: {e.msg} at column {e.colno}") from None
+
+    def __iter__(self) -> Iterator[Reading]:
+        last_t: dict[str, float] = {}
+        while True:
+            obj = self._next_json()
+            if obj is None:
+                return
+            where = f"{self.path}:{self._lineno}"
+            if not isinstance(obj, dict):
+                raise TraceError(f"{where}: a record must be a JSON object")
+            unknown = set(obj) - {"t", "source", "data", "errors"}
+            if unknown:
+                raise TraceError(f"{where}: unknown key(s) {sorted(unknown)}")
+            t, source = obj.get("t"), obj.get("source")
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
+                raise TraceError(f"{where}: \"t\" must be a number of seconds >= 0")
+            if source not in self.payloads:
+                raise TraceError(f"{where}: unknown source {source!r} (known: {', '.join(sorted(self.payloads))})")
+            errors = obj.get("errors", [])
+            if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
+                raise TraceError(f"{where}: \"errors\" must be a list of strings")
+            try:
+                data = from_jsonable(self.payloads[source], obj.get("data"))
+            except DecodeError as e:
+                raise TraceError(f"{where}: {e}") from None
+            # Sources are sampled by separate threads, so lines interleave slightly out of
+            # order across sources; within one source time must not go backwards.
+            if t < last_t.get(source, 0.0):
+                raise TraceError(f"{where}: \"t\" goes backwards for source {source!r} ({t} after {last_t[source]})")
+            last_t[source] = t
+            yield Reading(source, float(t), data, tuple(errors))
+
+    def close(self) -> None:
+        self._text.close()
