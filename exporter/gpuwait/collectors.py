@@ -52,6 +52,10 @@ class CollectorSpec:
     sources: tuple[SourceSpec, ...]
     expose: Callable[[Mapping[str, Snapshot], Settings], Iterable[Sample]]
     default_enabled: bool = True
+    #: Cross-source analysis run after every source's window is summarised: called with the
+    #: windows and stats of all sources (absent ones missing) and the time the window ends.
+    #: Its result reaches ``expose`` as ``snapshots[<collector name>].stats``.
+    analyse: Callable[[Mapping[str, WindowView], Mapping[str, Any], Settings, float], Any] | None = None
 
 
 def registry() -> tuple[CollectorSpec, ...]:

@@ -20,7 +20,7 @@ from gpuwait.collectors import CollectorSpec, Snapshot, SourceSpec
 from gpuwait.config import Settings
 from gpuwait.errors import SourceError
 from gpuwait.reading import Reading
-from gpuwait.ring import ColumnRing
+from gpuwait.ring import ColumnRing, WindowView
 from gpuwait.sources.base import Source
 
 log = logging.getLogger("gpuwait.sampler")
@@ -65,6 +65,8 @@ class Sampler:
         self._threads: list[threading.Thread] = []
         self.analysis_seconds = math.nan
         self.analysis_runs = 0
+        #: Results of the collectors' cross-source analyses, by collector name.
+        self.analyses: dict[str, Any] = {}
         #: Called with every Reading taken (e.g. a trace recorder); must be quick.
         self.observers: list[Callable[[Reading], None]] = []
         window = settings.analysis_window
@@ -193,7 +195,9 @@ class Sampler:
         """Summarise every window. ``now`` is the time the window ends at: the monotonic clock
         when live, the trace's clock during a replay."""
         started = time.monotonic()
-        horizon = (started if now is None else now) - self.settings.analysis_window
+        end = started if now is None else now
+        horizon = end - self.settings.analysis_window
+        views: dict[str, WindowView] = {}
         for state in self.states.values():
             with state.lock:
                 view = state.ring.view(since=horizon) if state.ring is not None else None
@@ -203,6 +207,8 @@ class Sampler:
                 state.mean_read_seconds = math.fsum(t[1] for t in timings) / len(timings)
                 state.max_lag_seconds = max(t[2] for t in timings)
             state.window_samples = len(view) if view is not None else len(timings)
+            if view is not None:
+                views[state.spec.name] = view
             if view is not None and state.spec.summarize is not None:
                 try:
                     state.stats = state.spec.summarize(view, self.settings)
@@ -211,5 +217,14 @@ class Sampler:
                     state.stats = None
                     with state.lock:
                         state.errors += 1
+        stats = {name: state.stats for name, state in self.states.items() if state.stats is not None}
+        for collector in self.collectors:
+            if collector.analyse is None:
+                continue
+            try:
+                self.analyses[collector.name] = collector.analyse(views, stats, self.settings, end)
+            except Exception:
+                log.error("analysis of %s failed", collector.name, exc_info=True)
+                self.analyses.pop(collector.name, None)
         self.analysis_seconds = time.monotonic() - started
         self.analysis_runs += 1

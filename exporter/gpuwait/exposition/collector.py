@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from gpuwait import __version__
 from gpuwait.catalog import CATALOG
-from gpuwait.collectors import CollectorSpec, Sample
+from gpuwait.collectors import CollectorSpec, Sample, Snapshot
 from gpuwait.sampler import Sampler
 
 log = logging.getLogger("gpuwait.exposition")
@@ -67,6 +67,8 @@ class GpuwaitCollector(Collector):
             builder = FamilyBuilder()
             try:
                 snapshots = {s.name: self.sampler.states[s.name].snapshot() for s in collector.sources}
+                if collector.analyse is not None:
+                    snapshots[collector.name] = Snapshot(None, self.sampler.analyses.get(collector.name))
                 builder.extend(collector.expose(snapshots, self.sampler.settings))
             except Exception:
                 self.scrape_errors[collector.name] += 1
