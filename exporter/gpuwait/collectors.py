@@ -62,5 +62,10 @@ def registry() -> tuple[CollectorSpec, ...]:
     """Every collector, in exposition order. Imported lazily so that config can register
     each collector's flags before argument parsing."""
     from gpuwait.exposition import cpu
+    from gpuwait.exposition import pressure
+    from gpuwait.exposition import diskstats
+    from gpuwait.exposition import netdev
+    from gpuwait.exposition import nfs
+    from gpuwait.exposition import rdma
 
-    return (cpu.COLLECTOR,)
+    return (cpu.COLLECTOR, pressure.COLLECTOR, diskstats.COLLECTOR, netdev.COLLECTOR, nfs.COLLECTOR, rdma.COLLECTOR)

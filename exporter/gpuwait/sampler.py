@@ -25,6 +25,10 @@ from gpuwait.sources.base import Source
 
 log = logging.getLogger("gpuwait.sampler")
 
+#: Bound on remembered partial-failure causes, so a host whose device names churn cannot
+#: grow the set without limit (the price is an occasional repeated log line).
+MAX_REMEMBERED_CAUSES = 1000
+
 
 @dataclass
 class SourceState:
@@ -46,7 +50,10 @@ class SourceState:
     max_lag_seconds: float = math.nan
     #: (monotonic time, read duration, lag) of recent reads, for the window self-stats.
     timings: list[tuple[float, float, float]] = field(default_factory=list)
+    #: Causes of the current whole-source failure (empty while the source is up).
     active_causes: set[str] = field(default_factory=set)
+    #: Partial causes already logged.
+    logged_partial: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def snapshot(self) -> Snapshot:
@@ -177,13 +184,29 @@ class Sampler:
                     observe(reading)
                 except Exception:
                     log.error("reading observer failed", exc_info=True)
-        # Log each cause once when it starts and once when it clears, not once per sample.
+        self._log_causes(state, reading is not None, details)
+
+    def _log_causes(self, state: SourceState, up: bool, details: dict[str, str]) -> None:
+        """Log each cause once, not once per sample. A whole-source failure is logged when it
+        starts and when the source recovers; a part that is missing (a counter a driver does
+        not provide, one malformed device line) is logged the first time it is seen, since
+        most such causes are permanent properties of the host."""
+        if not up:
+            for cause, detail in details.items():
+                if cause not in state.active_causes:
+                    log.warning("source %s: %s%s", state.spec.name, cause, f" ({detail})" if detail else "")
+            state.active_causes = set(details)
+            return
+        if state.active_causes:
+            log.info("source %s recovered from %s", state.spec.name, ", ".join(sorted(state.active_causes)))
+            state.active_causes = set()
         for cause, detail in details.items():
-            if cause not in state.active_causes:
-                log.warning("source %s: %s%s", state.spec.name, cause, f" ({detail})" if detail else "")
-        for cause in state.active_causes - details.keys():
-            log.info("source %s recovered from %s", state.spec.name, cause)
-        state.active_causes = set(details)
+            if cause in state.logged_partial:
+                continue
+            if len(state.logged_partial) >= MAX_REMEMBERED_CAUSES:
+                state.logged_partial.clear()
+            state.logged_partial.add(cause)
+            log.warning("source %s: %s%s", state.spec.name, cause, f" ({detail})" if detail else "")
 
     # -- analysis --------------------------------------------------------------------------
     def _run_analysis(self) -> None:

@@ -69,6 +69,16 @@ def window_rate(
     return covered[0] / covered[1] if covered else None
 
 
+def clamp_ratio(value: float | None) -> float | None:
+    """A fraction of time measured between two reads, kept in 0..1.
+
+    A sample's time is taken before its files are read, so the kernel's interval between two
+    reads can be a little longer than the measured one and the quotient come out just above
+    1, which no fraction of time can be.
+    """
+    return None if value is None else min(1.0, max(0.0, value))
+
+
 def valid(values: Sequence[float]) -> list[float]:
     return [v for v in values if _valid(v)]
 

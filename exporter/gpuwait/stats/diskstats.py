@@ -1,0 +1,111 @@
+"""Window statistics of block devices: queue depth, latency, IOPS, throughput and request size
+(A6, A7), from the fast-tier samples.
+
+Average request size next to IOPS and bytes per second tells which regime a device is in:
+large sequential reads need throughput, many small files need random-access IOPS (A7).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from gpuwait.config import Settings
+from gpuwait.parsers.diskstats import TIME_FIELD_MODULUS_SECONDS as TIME_MODULUS, Diskstats
+from gpuwait.ring import WindowView
+from gpuwait.stats.series import clamp_ratio, increase, interval_rates, maximum, window_rate
+
+def columns(data: Diskstats) -> dict[Hashable, float]:
+    # Only what the window statistics need; merges, discards and flushes are exposed from the
+    # latest reading alone.
+    cols: dict[Hashable, float] = {}
+    for device, c in data.devices.items():
+        cols["reads", device] = c.reads_completed
+        cols["writes", device] = c.writes_completed
+        cols["read_bytes", device] = c.read_bytes
+        cols["write_bytes", device] = c.write_bytes
+        cols["read_time", device] = c.read_time_seconds
+        cols["write_time", device] = c.write_time_seconds
+        cols["io_now", device] = c.io_now
+        cols["io_time", device] = c.io_time_seconds
+        cols["weighted", device] = c.io_time_weighted_seconds
+    return cols
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceWindowStats:
+    queue_depth_mean: float | None
+    queue_depth_max: float | None
+    in_flight_max: float | None
+    read_await_seconds: float | None
+    write_await_seconds: float | None
+    reads_per_second: float | None
+    writes_per_second: float | None
+    read_bytes_per_second: float | None
+    write_bytes_per_second: float | None
+    read_request_size_bytes: float | None
+    write_request_size_bytes: float | None
+    utilization_ratio: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class DiskstatsWindowStats:
+    devices: dict[str, DeviceWindowStats]
+
+
+def paired_quotient(
+    times: Sequence[float],
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    numerator_modulus: float | None = None,
+) -> float | None:
+    """Σ numerator increase / Σ denominator increase over the intervals where both counters
+    were read and neither was reset, or None when the denominator did not move.
+
+    Skipping an interval for both keeps a reset of one counter (a re-plugged device) from
+    pairing the other's increase with nothing.
+    """
+    num_sum = den_sum = 0.0
+    prev_t = prev_n = prev_d = math.nan
+    for t, n, d in zip(times, numerator, denominator):
+        if n != n or d != d:
+            continue
+        if prev_n == prev_n and t > prev_t:
+            dn = increase(prev_n, n, numerator_modulus)
+            dd = increase(prev_d, d)
+            if dn is not None and dd is not None:
+                num_sum += dn
+                den_sum += dd
+        prev_t, prev_n, prev_d = t, n, d
+    return num_sum / den_sum if den_sum > 0 else None
+
+
+def summarize_device(view: WindowView, device: str) -> DeviceWindowStats:
+    t = view.times
+
+    def col(kind: str) -> list[float]:
+        return view.column((kind, device))
+
+    reads, writes = col("reads"), col("writes")
+    read_bytes, write_bytes = col("read_bytes"), col("write_bytes")
+    weighted = col("weighted")
+    return DeviceWindowStats(
+        queue_depth_mean=window_rate(t, weighted, TIME_MODULUS),
+        queue_depth_max=maximum(interval_rates(t, weighted, TIME_MODULUS)),
+        in_flight_max=maximum(col("io_now")),
+        read_await_seconds=paired_quotient(t, col("read_time"), reads, TIME_MODULUS),
+        write_await_seconds=paired_quotient(t, col("write_time"), writes, TIME_MODULUS),
+        reads_per_second=window_rate(t, reads),
+        writes_per_second=window_rate(t, writes),
+        read_bytes_per_second=window_rate(t, read_bytes),
+        write_bytes_per_second=window_rate(t, write_bytes),
+        read_request_size_bytes=paired_quotient(t, read_bytes, reads),
+        write_request_size_bytes=paired_quotient(t, write_bytes, writes),
+        utilization_ratio=clamp_ratio(window_rate(t, col("io_time"), TIME_MODULUS)),
+    )
+
+
+def summarize(view: WindowView, settings: Settings) -> DiskstatsWindowStats:
+    devices = sorted({key[1] for key in view.columns})
+    return DiskstatsWindowStats({device: summarize_device(view, device) for device in devices})
