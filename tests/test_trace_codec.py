@@ -51,3 +51,18 @@ def test_defaults_may_be_omitted():
 def test_bad_values_name_the_path(value, needle):
     with pytest.raises(DecodeError, match=needle.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):
         from_jsonable(Device, value)
+
+
+@dataclass(frozen=True, slots=True)
+class Stalls:
+    seconds: dict[tuple[str, str], float]
+
+
+def test_compound_keys_are_written_as_pairs():
+    data = Stalls({("cpu", "some"): 1.5, ("io", "full"): 0.25})
+    encoded = to_jsonable(data)
+    assert encoded == {"seconds": [[["cpu", "some"], 1.5], [["io", "full"], 0.25]]}
+    assert from_jsonable(Stalls, encoded) == data
+    assert from_jsonable(Stalls, {"seconds": {}}) == Stalls({})
+    with pytest.raises(DecodeError, match="pairs"):
+        from_jsonable(Stalls, {"seconds": [["cpu", 1.0, 2.0]]})

@@ -7,7 +7,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from gpuwait.config import Settings
+from gpuwait.config import COLLECTOR_DEFAULTS, Settings
 from gpuwait.reading import Reading
 from gpuwait.ring import WindowView
 from gpuwait.sources.base import Source
@@ -68,4 +68,7 @@ def registry() -> tuple[CollectorSpec, ...]:
     from gpuwait.exposition import nfs
     from gpuwait.exposition import rdma
 
-    return (cpu.COLLECTOR, pressure.COLLECTOR, diskstats.COLLECTOR, netdev.COLLECTOR, nfs.COLLECTOR, rdma.COLLECTOR)
+    collectors = (cpu.COLLECTOR, pressure.COLLECTOR, diskstats.COLLECTOR, netdev.COLLECTOR, nfs.COLLECTOR, rdma.COLLECTOR)
+    for collector in collectors:
+        COLLECTOR_DEFAULTS.setdefault(collector.name, collector.default_enabled)
+    return collectors

@@ -66,6 +66,6 @@ COLLECTOR = CollectorSpec(
     name="diskstats",
     help="Block device IO: throughput, IOPS, latency, queue depth and request size (A6, A7).",
     sources=(SourceSpec("diskstats", lambda s: DiskstatsSource(HostPaths.from_settings(s), s["collector.diskstats.device-exclude"]),
-                        disk_stats.columns, disk_stats.summarize),),
+                        disk_stats.columns, disk_stats.summarize, payload=Diskstats),),
     expose=expose,
 )

@@ -44,6 +44,6 @@ COLLECTOR = CollectorSpec(
     name="netdev",
     help="Network interface throughput, peaks and burstiness at the sample rate (A9, A10).",
     sources=(SourceSpec("netdev", lambda s: NetdevSource(HostPaths.from_settings(s), s["collector.netdev.device-exclude"]),
-                        netdev_stats.columns, netdev_stats.summarize),),
+                        netdev_stats.columns, netdev_stats.summarize, payload=NetDev),),
     expose=expose,
 )

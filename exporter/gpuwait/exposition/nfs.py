@@ -49,6 +49,6 @@ def expose(snapshots: Mapping[str, Snapshot], settings: Settings) -> Iterator[Sa
 COLLECTOR = CollectorSpec(
     name="nfs",
     help="NFS client statistics per mount: operation latency, retransmissions, bytes, metadata share (A6, A7).",
-    sources=(SourceSpec("nfs", NfsSource.from_settings, nfs_stats.columns, nfs_stats.summarize, tier="slow"),),
+    sources=(SourceSpec("nfs", NfsSource.from_settings, nfs_stats.columns, nfs_stats.summarize, tier="slow", payload=NfsData),),
     expose=expose,
 )

@@ -28,6 +28,6 @@ COLLECTOR = CollectorSpec(
     name="pressure",
     help="Pressure stall information: time tasks waited for CPU, IO and memory (A2, A6).",
     sources=(SourceSpec("pressure", lambda s: PressureSource(HostPaths.from_settings(s)),
-                        pressure_stats.columns, pressure_stats.summarize),),
+                        pressure_stats.columns, pressure_stats.summarize, payload=PressureData),),
     expose=expose,
 )

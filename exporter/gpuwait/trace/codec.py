@@ -23,6 +23,9 @@ def to_jsonable(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
+        if any(isinstance(k, tuple) for k in obj):
+            # JSON keys are strings; a compound key is written as a [key, value] pair instead.
+            return [[to_jsonable(k), to_jsonable(v)] for k, v in obj.items()]
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
         return [to_jsonable(v) for v in obj]
@@ -69,9 +72,18 @@ def from_jsonable(tp: Any, value: Any, path: str = "data") -> Any:
                 raise DecodeError(f"{path}: missing field {name!r} of {tp.__name__}")
         return tp(**kwargs)
     if origin is dict:
+        key_tp, val_tp = args or (Any, Any)
+        if typing.get_origin(key_tp) is tuple:
+            if value == {}:
+                return {}
+            if not isinstance(value, list) or not all(isinstance(p, list) and len(p) == 2 for p in value):
+                raise DecodeError(f"{path}: expected an array of [key, value] pairs")
+            return {
+                from_jsonable(key_tp, k, f"{path}[{i}][0]"): from_jsonable(val_tp, v, f"{path}[{i}][1]")
+                for i, (k, v) in enumerate(value)
+            }
         if not isinstance(value, dict):
             raise DecodeError(f"{path}: expected an object")
-        key_tp, val_tp = args or (Any, Any)
         return {
             from_jsonable(key_tp, _key(key_tp, k, path), f"{path}[{k!r}]"): from_jsonable(val_tp, v, f"{path}[{k!r}]")
             for k, v in value.items()
