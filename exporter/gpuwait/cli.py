@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from gpuwait import __version__
 from gpuwait.collectors import CollectorSpec, registry
-from gpuwait.config import COLLECTOR_DEFAULTS, Settings, resolve
+from gpuwait.config import Settings, resolve
 from gpuwait.errors import ConfigError
 from gpuwait.exposition.collector import GpuwaitCollector
 from gpuwait.sampler import Sampler
@@ -62,6 +62,19 @@ def _replay_sampler(collectors: list[CollectorSpec], settings: Settings) -> tupl
     return sampler, Replayer(sampler, reader, settings["replay.speed"])
 
 
+def _simulated_sampler(collectors: list[CollectorSpec], settings: Settings) -> Sampler:
+    from gpuwait.simulate.run import live_sampler, scenario_from_settings
+
+    try:
+        scenario = scenario_from_settings(settings)
+    except KeyError as e:
+        raise ConfigError(f"simulate.scenario: {e.args[0]}") from None
+    except ValueError as e:
+        raise ConfigError(f"simulate.params: {e}") from None
+    log.info("simulating scenario %s: %s (the verdict should read %s)", scenario.name, scenario.description, scenario.expected)
+    return live_sampler(scenario, collectors, settings)
+
+
 def _recorder(sampler: Sampler, settings: Settings) -> TraceWriter:
     try:
         writer = TraceWriter(settings["record.file"], meta={
@@ -75,8 +88,7 @@ def _recorder(sampler: Sampler, settings: Settings) -> TraceWriter:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    for collector in registry():
-        COLLECTOR_DEFAULTS.setdefault(collector.name, collector.default_enabled)
+    registry()  # registers every collector's flags before they are parsed
     try:
         settings, args = resolve(argv)
     except ConfigError as e:
@@ -93,6 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if settings["replay.file"]:
             sampler, replayer = _replay_sampler(collectors, settings)
+        elif settings["simulate.scenario"]:
+            sampler = _simulated_sampler(collectors, settings)
+            if settings["record.file"]:
+                recorder = _recorder(sampler, settings)
         else:
             sampler = Sampler(collectors, settings)
             if settings["record.file"]:
@@ -107,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = make_server(
             settings["web.listen-address"], settings["web.telemetry-path"], prom_registry,
             healthy=(lambda: True) if replayer else sampler.alive, ready=ready,
+            web_config_file=settings["web.config.file"], max_connections=settings["web.max-connections"],
         )
     except ConfigError as e:
         print(f"gpuwait-exporter: error: {e}", file=sys.stderr)

@@ -52,10 +52,20 @@ class CollectorSpec:
     sources: tuple[SourceSpec, ...]
     expose: Callable[[Mapping[str, Snapshot], Settings], Iterable[Sample]]
     default_enabled: bool = True
-    #: Cross-source analysis run after every source's window is summarised: called with the
-    #: windows and stats of all sources (absent ones missing) and the time the window ends.
-    #: Its result reaches ``expose`` as ``snapshots[<collector name>].stats``.
-    analyse: Callable[[Mapping[str, WindowView], Mapping[str, Any], Settings, float], Any] | None = None
+    #: Cross-source analysis run after every source's window is summarised (see
+    #: AnalysisInputs). Its result reaches ``expose`` as ``snapshots[<collector name>].stats``.
+    analyse: Callable[["AnalysisInputs", Settings], Any] | None = None
+
+
+@dataclass(frozen=True)
+class AnalysisInputs:
+    """Everything the sampler holds, as of one analysis pass; absent sources are missing."""
+
+    views: Mapping[str, WindowView]
+    stats: Mapping[str, Any]
+    latest: Mapping[str, Reading]
+    #: The time the window ends at (monotonic when live, the trace's clock in a replay).
+    end: float
 
 
 def registry() -> tuple[CollectorSpec, ...]:
@@ -67,8 +77,10 @@ def registry() -> tuple[CollectorSpec, ...]:
     from gpuwait.exposition import netdev
     from gpuwait.exposition import nfs
     from gpuwait.exposition import rdma
+    from gpuwait.exposition import gpu
+    from gpuwait.exposition import verdict
 
-    collectors = (cpu.COLLECTOR, pressure.COLLECTOR, diskstats.COLLECTOR, netdev.COLLECTOR, nfs.COLLECTOR, rdma.COLLECTOR)
+    collectors = (cpu.COLLECTOR, pressure.COLLECTOR, diskstats.COLLECTOR, netdev.COLLECTOR, nfs.COLLECTOR, rdma.COLLECTOR, gpu.COLLECTOR, verdict.COLLECTOR)
     for collector in collectors:
         COLLECTOR_DEFAULTS.setdefault(collector.name, collector.default_enabled)
     return collectors

@@ -105,6 +105,8 @@ OPTIONS: list[Option] = [
     Option("record.file", str, "", "Record every Reading the sampler takes to this trace file (.gz compresses); see docs/trace-format.md.", "FILE"),
     Option("replay.file", str, "", "Replay a recorded trace through the analysis and exposition instead of sampling this host.", "FILE", aliases=("replay",)),
     Option("replay.speed", parse_speed, 1.0, "Replay speed factor; 0 replays as fast as possible.", "FACTOR"),
+    Option("simulate.scenario", str, "", "Serve a simulated node running this scenario instead of sampling this host (see docs/verdicts.md for the list).", "SCENARIO", aliases=("simulate",)),
+    Option("simulate.params", str, "", "Scenario parameters, e.g. period=2,duty=0.4,target_gpu=5,gpus=8,cores=32,noise=0.03,seed=1.", "KEY=VALUE,..."),
     Option("collector.cpu.saturation-threshold", parse_fraction, 0.95, "Busy fraction over the window at or above which a core counts as saturated.", "RATIO"),
 ]
 
@@ -208,7 +210,7 @@ def build_parser(prog: str = "gpuwait-exporter") -> argparse.ArgumentParser:
         default = option.default.pattern if isinstance(option.default, re.Pattern) else option.default
         parser.add_argument(
             f"--{option.name}", *(f"--{alias}" for alias in option.aliases), dest=option.name, metavar=option.metavar or None,
-            default=None, help=f"{option.help} (default: {default})",
+            default=None, help=f"{option.help} (default: {default})".replace("%", "%%"),
         )
     for name, default in sorted(COLLECTOR_DEFAULTS.items()):
         group = parser.add_mutually_exclusive_group()
@@ -249,6 +251,8 @@ def _check_consistency(settings: Settings) -> None:
         raise ConfigError("sample.slow-interval must not be shorter than sample.interval")
     if settings["record.file"] and settings["replay.file"]:
         raise ConfigError("record.file and replay.file cannot be used together")
+    if settings["simulate.scenario"] and settings["replay.file"]:
+        raise ConfigError("simulate.scenario and replay.file cannot be used together")
     path = settings["web.telemetry-path"]
     if not path.startswith("/") or path in ("/", "/-/healthy", "/-/ready"):
         raise ConfigError(f"web.telemetry-path must be an absolute path other than /, /-/healthy, /-/ready: {path!r}")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwait.collectors import CollectorSpec, Snapshot, SourceSpec
+from gpuwait.collectors import AnalysisInputs, CollectorSpec, Snapshot, SourceSpec
 from gpuwait.config import Settings
 from gpuwait.errors import SourceError
 from gpuwait.reading import Reading
@@ -240,12 +240,17 @@ class Sampler:
                     state.stats = None
                     with state.lock:
                         state.errors += 1
-        stats = {name: state.stats for name, state in self.states.items() if state.stats is not None}
+        inputs = AnalysisInputs(
+            views=views,
+            stats={name: state.stats for name, state in self.states.items() if state.stats is not None},
+            latest={name: state.latest for name, state in self.states.items() if state.latest is not None},
+            end=end,
+        )
         for collector in self.collectors:
             if collector.analyse is None:
                 continue
             try:
-                self.analyses[collector.name] = collector.analyse(views, stats, self.settings, end)
+                self.analyses[collector.name] = collector.analyse(inputs, self.settings)
             except Exception:
                 log.error("analysis of %s failed", collector.name, exc_info=True)
                 self.analyses.pop(collector.name, None)

@@ -17,6 +17,9 @@ CAUSES = ("data_pipeline", "storage", "host_transfer", "network", "sync", "insuf
 #: Host-side starvation comes first (it is upstream of everything), then the PCIe copy,
 #: then a peer still computing (sync), then the network the collective runs over.
 EVIDENCE_ORDER = ("storage", "data_pipeline", "host_transfer", "sync", "network")
+#: Evidence of a pause the job takes on purpose (writing a checkpoint): idle time it explains
+#: is ``none``, not ``insufficient_work``; nothing upstream starved the GPU.
+PAUSE = "checkpoint"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +55,8 @@ def attribute(
             continue
         cause = next((c for c in order if evidence.get(c) is not None and evidence[c][i]), None)
         if cause is None:
-            cause = "insufficient_work" if demand[i] else "none"
+            paused = evidence.get(PAUSE) is not None and evidence[PAUSE][i]
+            cause = "insufficient_work" if demand[i] and not paused else "none"
         counts[cause] += 1
     if samples == 0:
         return Attribution(0, 0.0, dict.fromkeys(CAUSES, 0.0), 0.0)

@@ -55,7 +55,7 @@ class Replayer:
                     delay = (reading.t - first_t) / self.speed - (time.monotonic() - wall_start)
                     if delay > 0 and stop.wait(delay):
                         break
-                while next_analysis <= reading.t:
+                while next_analysis < reading.t:
                     self.sampler.analyse_once(now=next_analysis)
                     next_analysis += interval
                 state = self.sampler.states.get(reading.source)

@@ -1,0 +1,43 @@
+from gpuwait.catalog.spec import MetricSpec
+
+SOURCE = "verdict"
+GPU = ("gpu", "uuid")
+
+METRICS = (
+    MetricSpec("gpuwait_gpu_wait_ratio", "gauge",
+               "Fraction of the window the GPU sat idle, by the cause the concurrent evidence points to; the causes sum to the idle fraction (none: idle without demand).",
+               labels=GPU + ("cause",), unit="ratio", source=SOURCE, claims=("A2", "A4", "A6", "A9", "A12", "A14"), window=True),
+    MetricSpec("gpuwait_gpu_verdict", "gauge",
+               "1 for what the GPU waited for over the window (data_pipeline, storage, host_transfer, network, sync, insufficient_work, throttled or none), 0 for the other causes.",
+               labels=GPU + ("cause",), source=SOURCE, claims=("A14",), window=True),
+    MetricSpec("gpuwait_gpu_demand", "gauge",
+               "1 when the GPU has an owner process that is active on the CPU (there is work to wait for), 0 otherwise; low utilization without demand needs no fix.",
+               labels=GPU, source=SOURCE, claims=("A1", "A13"), window=True),
+    MetricSpec("gpuwait_gpu_throttled_busy_ratio", "gauge",
+               "Fraction of the GPU's busy samples during which power or thermal limits held its clocks down.",
+               labels=GPU, unit="ratio", source=SOURCE, claims=("A14",), window=True),
+    MetricSpec("gpuwait_gpu_verdict_samples", "gauge",
+               "Samples of the GPU the verdict was computed from.",
+               labels=GPU, source=SOURCE, claims=("A14",), window=True),
+    MetricSpec("gpuwait_gpu_dip_period_seconds", "gauge",
+               "Period of the GPU's repeating activity dips (autocorrelation of its activity); absent when the dips do not repeat.",
+               labels=GPU, unit="seconds", source=SOURCE, claims=("A9", "A10"), window=True),
+    MetricSpec("gpuwait_gpu_dip_periodicity_ratio", "gauge",
+               "How cleanly the dips repeat at that period: about 1 for a strict rhythm (collectives every step), near 0 for noise.",
+               labels=GPU, unit="ratio", source=SOURCE, claims=("A9", "A10"), window=True),
+    MetricSpec("gpuwait_gpu_link_correlation", "gauge",
+               "Pearson correlation, at the sampling rate, between the GPU's activity and a NIC's or RDMA port's traffic; strongly negative means the link bursts while the GPU dips.",
+               labels=GPU + ("link", "link_kind", "link_layer"), source=SOURCE, claims=("A9", "A10", "A11"), window=True),
+    MetricSpec("gpuwait_gpu_link_aligned", "gauge",
+               "1 when the link's bursts line up with the GPU's dips (correlation at or below -verdict.network.anticorrelation), else 0.",
+               labels=GPU + ("link", "link_kind", "link_layer"), source=SOURCE, claims=("A10", "A11"), window=True),
+    MetricSpec("gpuwait_gpu_straggler", "gauge",
+               "1 for the GPU its owner's other GPUs wait for at the barrier (it computes longest), else 0.",
+               labels=GPU, source=SOURCE, claims=("A12",), window=True),
+    MetricSpec("gpuwait_node_verdict", "gauge",
+               "1 for what most of the node's GPUs waited for over the window, 0 for the other causes.",
+               labels=("cause",), source=SOURCE, claims=("A14",), window=True),
+    MetricSpec("gpuwait_node_idle_gpus", "gauge",
+               "GPU-equivalents the node had idle over the window, by cause: the idle fractions of its GPUs summed (4 GPUs idle half the time make 2).",
+               labels=("cause",), source=SOURCE, claims=("A14",), window=True),
+)

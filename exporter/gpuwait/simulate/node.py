@@ -1,0 +1,306 @@
+"""A simulated node: integrates a scenario's rates into the counters each source reads, and
+builds the same payloads the real sources return, so everything downstream — window rings,
+statistics, the verdict, the exposition, traces — cannot tell it from a real host."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+
+from gpuwait.nvml.values import DeviceInfo, GpuProcess, Memory, PcieLink
+from gpuwait.parsers.diskstats import DiskCounters, Diskstats
+from gpuwait.parsers.mountstats import ByteCounters, OpCounters
+from gpuwait.parsers.netdev import InterfaceCounters, NetDev
+from gpuwait.reading import Reading
+from gpuwait.simulate.model import NodeState, Scenario, noisy
+from gpuwait.sources.cpu import CpuData
+from gpuwait.sources.gpu import GpuDevice, GpuDeviceData, GpuFastData, GpuTick, OwnerState, OwnerUse
+from gpuwait.sources.nfs import METADATA_OPS, NfsData, NfsMountData
+from gpuwait.sources.pressure import PressureData
+from gpuwait.sources.rdma import (
+    PortTraffic,
+    RdmaData,
+    RdmaDeviceData,
+    RdmaPortData,
+    RdmaTrafficData,
+)
+
+#: Longest stretch integrated with one state: short enough that a 100 ms sample sees the
+#: phase edges of a scenario within a few percent.
+MAX_STEP = 0.02
+#: Seconds since boot when the simulation starts (counters do not start at zero on a real host).
+UPTIME = 86_400.0
+RDMA_PORT_STATE = (4, "ACTIVE", 5, "LinkUp")
+GPU_MEMORY_TOTAL = 80 * 1024**3
+#: The simulated job: one Kubernetes pod owning every GPU through one process per GPU.
+OWNER = "kubernetes:5f0c1a2e-7d1b-4a8e-9c3f-2b6d8e4a1c90"
+OWNER_LABELS = {
+    "owner": OWNER, "owner_kind": "kubernetes", "namespace": "", "pod": "",
+    "pod_uid": "5f0c1a2e-7d1b-4a8e-9c3f-2b6d8e4a1c90", "container_id": "", "slurm_job": "", "slurm_uid": "", "unit": "",
+}
+FIRST_PID = 4242
+
+
+class SimulatedNode:
+    """Thread-safe: in live mode every source thread reads it at its own times."""
+
+    def __init__(self, scenario: Scenario, start: float) -> None:
+        self.scenario = scenario
+        self.start = start
+        self._t = start
+        self._lock = threading.Lock()
+        self._rng = random.Random(scenario.params.seed)
+        self.counters: defaultdict[tuple, float] = defaultdict(float)
+        self.state: NodeState = scenario.state(scenario, 0.0)
+        self._seed_counters()
+
+    def _seed_counters(self) -> None:
+        for core in range(self.scenario.params.cores):
+            self.counters[("cpu", core, "idle")] = UPTIME * 0.9
+            self.counters[("cpu", core, "user")] = UPTIME * 0.08
+            self.counters[("cpu", core, "system")] = UPTIME * 0.02
+
+    # -- time ------------------------------------------------------------------------------
+    def advance(self, t: float) -> NodeState:
+        """Integrate up to monotonic time ``t`` and return the state at ``t``."""
+        with self._lock:
+            while self._t < t:
+                step = min(MAX_STEP, t - self._t)
+                self._integrate(self.scenario.state(self.scenario, self._t - self.start), step)
+                self._t += step
+            self.state = self.scenario.state(self.scenario, t - self.start)
+            return self.state
+
+    def elapsed(self, t: float) -> float:
+        return t - self.start
+
+    def _rate(self, value: float) -> float:
+        return noisy(value, self._rng, self.scenario.params.noise)
+
+    def _integrate(self, s: NodeState, dt: float) -> None:
+        c = self.counters
+        for core, busy in enumerate(s.core_busy):
+            busy = min(1.0, self._rate(busy))
+            c[("cpu", core, "user")] += 0.8 * busy * dt
+            c[("cpu", core, "system")] += 0.2 * busy * dt
+            c[("cpu", core, "idle")] += (1.0 - busy) * dt
+        for key, ratio in (
+            (("cpu", "some"), s.psi_cpu_some), (("io", "some"), s.psi_io_some),
+            (("io", "full"), s.psi_io_full), (("memory", "some"), s.psi_memory_some),
+            (("memory", "full"), 0.0),
+        ):
+            c[("psi",) + key] += min(1.0, self._rate(ratio)) * dt
+        for name, d in s.disks.items():
+            reads, writes = self._rate(d.read_iops) * dt, self._rate(d.write_iops) * dt
+            c[("disk", name, "reads")] += reads
+            c[("disk", name, "read_bytes")] += self._rate(d.read_bps) * dt
+            c[("disk", name, "read_time")] += reads * d.read_latency
+            c[("disk", name, "writes")] += writes
+            c[("disk", name, "write_bytes")] += self._rate(d.write_bps) * dt
+            c[("disk", name, "write_time")] += writes * d.write_latency
+            depth = self._rate(d.queue_depth)
+            c[("disk", name, "io_time")] += min(1.0, depth) * dt
+            c[("disk", name, "weighted")] += depth * dt
+        for name, p in s.nics.items():
+            self._port(("nic", name), p, dt, mtu=1500)
+        for name, p in s.rdma.items():
+            self._port(("rdma", name), p, dt, mtu=4096)
+            c[("rdma", name, "ecn")] += self._rate(p.ecn_marked_rate) * dt
+            c[("rdma", name, "cnp")] += self._rate(p.cnp_rate) * dt
+            c[("rdma", name, "xmit_wait")] += self._rate(p.xmit_wait_rate) * dt
+            c[("rdma", name, "retransmit")] += self._rate(p.retransmit_rate) * dt
+        for op, o in s.nfs_ops.items():
+            ops = self._rate(o.ops_rate) * dt
+            c[("nfs", op, "ops")] += ops
+            c[("nfs", op, "execute_ms")] += ops * o.latency * 1000.0
+            c[("nfs", op, "rtt_ms")] += ops * o.latency * 900.0
+            c[("nfs", op, "bytes")] += ops * (131072 if op == "READ" else 200)
+        c[("owner", "cpu")] += self._rate(s.owner_cpu_cores) * dt
+        for i, g in enumerate(s.gpus):
+            if g.up:
+                c[("gpu", i, "pcie_rx")] += self._rate(g.pcie_rx_bps) * dt
+                c[("gpu", i, "pcie_tx")] += self._rate(g.pcie_tx_bps) * dt
+                c[("gpu", i, "energy")] += g.power_watts * dt
+
+    def _port(self, key: tuple, p, dt: float, mtu: int) -> None:
+        rx, tx = self._rate(p.rx_bps) * dt, self._rate(p.tx_bps) * dt
+        self.counters[key + ("rx_bytes",)] += rx
+        self.counters[key + ("tx_bytes",)] += tx
+        self.counters[key + ("rx_packets",)] += rx / mtu
+        self.counters[key + ("tx_packets",)] += tx / mtu
+
+    # -- payloads --------------------------------------------------------------------------
+    def cpu(self, t: float) -> CpuData:
+        s = self.advance(t)
+        c = self.counters
+        cores = {
+            str(core): {
+                "user": round(c[("cpu", core, "user")], 2), "nice": 0.0, "system": round(c[("cpu", core, "system")], 2),
+                "idle": round(c[("cpu", core, "idle")], 2), "iowait": 0.0, "irq": 0.0, "softirq": 0.0, "steal": 0.0,
+            }
+            for core in range(self.scenario.params.cores)
+        }
+        return CpuData(cores, int(round(s.procs_running)), int(round(s.procs_blocked)))
+
+    def pressure(self, t: float) -> PressureData:
+        self.advance(t)
+        return PressureData({key[1:]: self.counters[key] for key in list(self.counters) if key[0] == "psi"})
+
+    def diskstats(self, t: float) -> Diskstats:
+        s = self.advance(t)
+        c = self.counters
+        devices = {}
+        for name, d in s.disks.items():
+            devices[name] = DiskCounters(
+                259, len(devices), int(c[("disk", name, "reads")]), 0, int(c[("disk", name, "read_bytes")]) // 512 * 512,
+                round(c[("disk", name, "read_time")], 3), int(c[("disk", name, "writes")]), 0,
+                int(c[("disk", name, "write_bytes")]) // 512 * 512, round(c[("disk", name, "write_time")], 3),
+                int(round(d.queue_depth)), round(c[("disk", name, "io_time")], 3), round(c[("disk", name, "weighted")], 3),
+                0, 0, 0, 0.0, 0, 0.0,
+            )
+        return Diskstats(devices)
+
+    def netdev(self, t: float) -> NetDev:
+        s = self.advance(t)
+        c = self.counters
+        interfaces = {}
+        for name in s.nics:
+            k = ("nic", name)
+            interfaces[name] = InterfaceCounters(
+                int(c[k + ("rx_bytes",)]), int(c[k + ("rx_packets",)]), 0, 0, 0, 0, 0, 0,
+                int(c[k + ("tx_bytes",)]), int(c[k + ("tx_packets",)]), 0, 0, 0, 0, 0, 0,
+            )
+        return NetDev(interfaces)
+
+    def rdma_traffic(self, t: float) -> RdmaTrafficData:
+        s = self.advance(t)
+        c = self.counters
+        layer = self.scenario.topology.rdma_link_layer
+        return RdmaTrafficData(tuple(
+            PortTraffic(name, 1, layer, int(c[("rdma", name, "tx_bytes")]), int(c[("rdma", name, "rx_bytes")]),
+                        int(c[("rdma", name, "tx_packets")]), int(c[("rdma", name, "rx_packets")]))
+            for name in s.rdma
+        ))
+
+    def rdma(self, t: float) -> RdmaData:
+        s = self.advance(t)
+        c = self.counters
+        topo = self.scenario.topology
+        roce = topo.rdma_link_layer == "Ethernet"
+        devices = []
+        for i, name in enumerate(s.rdma):
+            counters = {
+                "symbol_error": 0, "link_downed": 0, "link_error_recovery": 0, "port_rcv_errors": 0,
+                "port_xmit_discards": 0, "port_xmit_wait": int(c[("rdma", name, "xmit_wait")]),
+            }
+            hw = {}
+            if roce:
+                hw = {
+                    "np_ecn_marked_roce_packets": int(c[("rdma", name, "ecn")]),
+                    "np_cnp_sent": int(c[("rdma", name, "cnp")]),
+                    "rp_cnp_handled": int(c[("rdma", name, "cnp")]),
+                    "rp_cnp_ignored": 0,
+                    "out_of_sequence": int(c[("rdma", name, "retransmit")] * 0.8),
+                    "local_ack_timeout_err": int(c[("rdma", name, "retransmit")] * 0.2),
+                    "packet_seq_err": 0,
+                }
+            port = RdmaPortData(
+                1, topo.rdma_link_layer, f"ens{i + 1}f0np0" if roce else f"ib{i}", *RDMA_PORT_STATE,
+                topo.rdma_rate_bps, "4X", "NDR" if not roce else "", counters, hw,
+            )
+            numa = 0 if i < len(s.rdma) // 2 else 1
+            devices.append(RdmaDeviceData(
+                name, f"0000:{0x19 + 0x20 * i:02x}:00.0", numa, f"b83f:d203:00{i:02x}:0001",
+                "28.39.1002", "MT4129", "MT_0000000838", (port,),
+            ))
+        return RdmaData(tuple(devices))
+
+    def nfs(self, t: float) -> NfsData:
+        s = self.advance(t)
+        c = self.counters
+        ops = {
+            op: OpCounters(
+                int(c[("nfs", op, "ops")]), int(c[("nfs", op, "ops")]), 0, int(c[("nfs", op, "ops")] * 200),
+                int(c[("nfs", op, "bytes")]), 0, int(c[("nfs", op, "rtt_ms")]), int(c[("nfs", op, "execute_ms")]), 0,
+            )
+            for op in s.nfs_ops
+        }
+        read_bytes = int(c[("nfs", "READ", "bytes")])
+        mount = NfsMountData(
+            "storage01:/datasets", "nfs4", "4.2", "tcp",
+            ByteCounters(read_bytes, 0, 0, 0, read_bytes, 0, read_bytes // 4096, 0),
+            ops, sum(o.ops for name, o in ops.items() if name in METADATA_OPS), sum(o.ops for o in ops.values()),
+        )
+        return NfsData({self.scenario.topology.nfs_mount: mount}, 0)
+
+    def uuid(self, index: int) -> str:
+        return f"GPU-5e4a1c90-{self.scenario.params.seed:04x}-4a8e-9c3f-00000000{index:04x}"
+
+    def gpu(self, t: float) -> GpuFastData:
+        s = self.advance(t)
+        c = self.counters
+        ticks = []
+        row: dict[tuple[str, str, str], float] = {}
+        for i, g in enumerate(s.gpus):
+            uuid = self.uuid(i)
+            if not g.up:
+                ticks.append(GpuTick(i, uuid, False))
+                continue
+            util = min(1.0, self._rate(g.util))
+            sm = min(1.0, self._rate(g.sm_active))
+            mem = min(1.0, self._rate(g.mem_bw))
+            tx, rx = c[("gpu", i, "pcie_tx")], c[("gpu", i, "pcie_rx")]
+            key = (str(i), uuid)
+            row.update({
+                ("util",) + key: util, ("mem",) + key: mem, ("sm",) + key: sm, ("dram",) + key: mem,
+                ("tensor",) + key: sm * 0.7, ("pcie_tx",) + key: tx, ("pcie_rx",) + key: rx,
+                ("reasons",) + key: float(g.reasons),
+            })
+            ticks.append(GpuTick(i, uuid, True, util, mem, 1, tx, rx, g.reasons,
+                                 {"sm_active": sm, "dram_active": mem, "tensor_active": sm * 0.7}))
+        return GpuFastData(True, "", tuple(ticks), ((0.0, row),) if row else ())
+
+    def gpu_device(self, t: float) -> GpuDeviceData:
+        s = self.advance(t)
+        c = self.counters
+        devices = []
+        for i, g in enumerate(s.gpus):
+            uuid = self.uuid(i)
+            if not g.up:
+                devices.append(GpuDevice(i, uuid, False))
+                continue
+            pid = FIRST_PID + i
+            devices.append(GpuDevice(
+                index=i, uuid=uuid, up=True,
+                info=DeviceInfo("NVIDIA H100 80GB HBM3", f"00000000:{0x18 + 0x10 * i:02X}:00.0", 0 if i < 4 else 1,
+                                False, True, True, tuple(range(18)), "hopper"),
+                memory=Memory(GPU_MEMORY_TOTAL, g.mem_used_bytes, GPU_MEMORY_TOTAL - g.mem_used_bytes, 0.5 * 1024**3),
+                utilization=g.util, memory_busy=g.mem_bw,
+                clocks={"sm": g.sm_clock_hz, "memory": 2.619e9},
+                power_watts=g.power_watts, power_limit_watts=700.0, energy_joules=c[("gpu", i, "energy")],
+                temperature_celsius=g.temperature_c, violation_seconds={"power": 0.0, "thermal": 0.0},
+                pcie=PcieLink(g.link_gen, g.link_width, 5, 16, 5), pcie_replays=0.0,
+                processes=(GpuProcess(pid, g.mem_used_bytes),) if g.has_process else (),
+                owners=(OwnerUse(OWNER, 1, g.mem_used_bytes, g.util),) if g.has_process else (),
+            ))
+        running = int(round(s.owner_running_threads))
+        blocked = int(round(s.owner_blocked_threads))
+        owner = OwnerState(
+            dict(OWNER_LABELS), processes=len(s.gpus) + 4, threads=running + blocked + 40,
+            running=running, blocked=blocked, sleeping=40, other=0,
+            cpu_seconds_total=round(c[("owner", "cpu")], 2), cpus=8, running_cpus=min(running, 8),
+        )
+        return GpuDeviceData(True, "", "570.124.06", "12.8", tuple(devices), {}, {OWNER: owner})
+
+    #: source name -> payload builder
+    def builders(self) -> dict[str, Callable[[float], object]]:
+        return {
+            "cpu": self.cpu, "pressure": self.pressure, "diskstats": self.diskstats, "netdev": self.netdev,
+            "rdma_traffic": self.rdma_traffic, "rdma": self.rdma, "nfs": self.nfs,
+            "gpu": self.gpu, "gpu_device": self.gpu_device,
+        }
+
+    def reading(self, source: str, t: float) -> Reading:
+        return Reading(source, t, self.builders()[source](t))
