@@ -55,6 +55,10 @@ class CollectorSpec:
     #: Cross-source analysis run after every source's window is summarised (see
     #: AnalysisInputs). Its result reaches ``expose`` as ``snapshots[<collector name>].stats``.
     analyse: Callable[["AnalysisInputs", Settings], Any] | None = None
+    #: Name of the option holding how often ``analyse`` runs (None: every analysis pass). A
+    #: verdict over a 60 s window changes little in a second; rerunning it less often is the
+    #: cheapest way to keep its cost small on a big node.
+    analyse_every: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,9 +82,10 @@ def registry() -> tuple[CollectorSpec, ...]:
     from gpuwait.exposition import nfs
     from gpuwait.exposition import rdma
     from gpuwait.exposition import gpu
+    from gpuwait.exposition import workload
     from gpuwait.exposition import verdict
 
-    collectors = (cpu.COLLECTOR, pressure.COLLECTOR, diskstats.COLLECTOR, netdev.COLLECTOR, nfs.COLLECTOR, rdma.COLLECTOR, gpu.COLLECTOR, verdict.COLLECTOR)
+    collectors = (cpu.COLLECTOR, pressure.COLLECTOR, diskstats.COLLECTOR, netdev.COLLECTOR, nfs.COLLECTOR, rdma.COLLECTOR, gpu.COLLECTOR, workload.COLLECTOR, verdict.COLLECTOR)
     for collector in collectors:
         COLLECTOR_DEFAULTS.setdefault(collector.name, collector.default_enabled)
     return collectors

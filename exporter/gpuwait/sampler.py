@@ -72,8 +72,9 @@ class Sampler:
         self._threads: list[threading.Thread] = []
         self.analysis_seconds = math.nan
         self.analysis_runs = 0
-        #: Results of the collectors' cross-source analyses, by collector name.
+        #: Results of the collectors' cross-source analyses, by collector name, and when each ran.
         self.analyses: dict[str, Any] = {}
+        self._analysed_at: dict[str, float] = {}
         #: Called with every Reading taken (e.g. a trace recorder); must be quick.
         self.observers: list[Callable[[Reading], None]] = []
         window = settings.analysis_window
@@ -249,6 +250,11 @@ class Sampler:
         for collector in self.collectors:
             if collector.analyse is None:
                 continue
+            if collector.analyse_every is not None and collector.name in self._analysed_at:
+                # A small tolerance keeps a schedule of whole analysis passes from slipping by one.
+                if end - self._analysed_at[collector.name] < self.settings[collector.analyse_every] - 1e-6:
+                    continue
+            self._analysed_at[collector.name] = end
             try:
                 self.analyses[collector.name] = collector.analyse(inputs, self.settings)
             except Exception:

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from operator import mul
+
+from gpuwait.stats.series import increase
 
 
 def grid(start: float, end: float, step: float) -> list[float]:
@@ -47,37 +50,48 @@ def interval_rates_at(
     the first sample after it, divided by their distance; NaN when either is missing, the
     interval is longer than ``max_gap`` or the counter went backwards (reset).
     """
-    from gpuwait.stats.series import increase
-
-    pairs = [(t, v) for t, v in zip(times, counter) if v == v]
+    ts: list[float] = []
+    vs: list[float] = []
+    for t, v in zip(times, counter):
+        if v == v:
+            ts.append(t)
+            vs.append(v)
+    nan = math.nan
+    rates = []
+    for k in range(len(ts) - 1):
+        dt = ts[k + 1] - ts[k]
+        d = vs[k + 1] - vs[k]
+        if d < 0:
+            d = increase(vs[k], vs[k + 1], modulus)
+        rates.append(d / dt if d is not None and 0 < dt <= max_gap else nan)
     out = []
+    last = len(ts) - 1
     j = 0
     for t in at:
-        while j + 1 < len(pairs) and pairs[j + 1][0] <= t:
+        while j < last and ts[j + 1] <= t:
             j += 1
-        if j + 1 >= len(pairs) or pairs[j][0] > t:
-            out.append(math.nan)
-            continue
-        (t0, v0), (t1, v1) = pairs[j], pairs[j + 1]
-        inc = increase(v0, v1, modulus)
-        out.append(inc / (t1 - t0) if inc is not None and 0 < t1 - t0 <= max_gap else math.nan)
+        out.append(rates[j] if j < last and ts[j] <= t else nan)
     return out
 
 
 def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     """Correlation of the pairs where both are valid; None when either side is constant."""
-    pairs = [(x, y) for x, y in zip(xs, ys) if x == x and y == y]
-    n = len(pairs)
+    if any(x != x for x in xs) or any(y != y for y in ys) or len(xs) != len(ys):
+        pairs = [(x, y) for x, y in zip(xs, ys) if x == x and y == y]
+        xs = [p[0] for p in pairs]
+        ys = [p[1] for p in pairs]
+    n = len(xs)
     if n < 3:
         return None
-    mx = math.fsum(p[0] for p in pairs) / n
-    my = math.fsum(p[1] for p in pairs) / n
-    sxx = math.fsum((p[0] - mx) ** 2 for p in pairs)
-    syy = math.fsum((p[1] - my) ** 2 for p in pairs)
-    if sxx <= 1e-12 * n or syy <= 1e-12 * n:
+    mx = sum(xs) / n
+    my = sum(ys) / n
+    dx = [x - mx for x in xs]
+    dy = [y - my for y in ys]
+    sxx = sum(map(mul, dx, dx))
+    syy = sum(map(mul, dy, dy))
+    if sxx <= 1e-12 * n * max(1.0, mx * mx) or syy <= 1e-12 * n * max(1.0, my * my):
         return None
-    sxy = math.fsum((p[0] - mx) * (p[1] - my) for p in pairs)
-    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+    return max(-1.0, min(1.0, sum(map(mul, dx, dy)) / math.sqrt(sxx * syy)))
 
 
 def autocorrelation(values: Sequence[float], max_lag: int) -> list[float]:
@@ -86,13 +100,14 @@ def autocorrelation(values: Sequence[float], max_lag: int) -> list[float]:
     n = len(values)
     if len(valid) < 3:
         return []
-    m = math.fsum(valid) / len(valid)
+    m = sum(valid) / len(valid)
     x = [(v - m) if v == v else 0.0 for v in values]
-    denom = math.fsum(v * v for v in x)
+    denom = sum(map(mul, x, x))
     if denom <= 1e-12:
         return []
     max_lag = min(max_lag, n - 1)
-    return [math.fsum(x[i] * x[i + lag] for i in range(n - lag)) / denom for lag in range(max_lag + 1)]
+    # map(mul) over two slices keeps the O(n * lags) inner loop in C.
+    return [sum(map(mul, x, x[lag:])) / denom for lag in range(max_lag + 1)]
 
 
 def dominant_period(values: Sequence[float], step: float, min_cycles: int = 3) -> tuple[float, float] | None:

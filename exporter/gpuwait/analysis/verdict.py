@@ -15,10 +15,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from gpuwait.analysis import workload_evidence
 from gpuwait.analysis.attribution import Attribution, VerdictRules, attribute, verdict
 from gpuwait.analysis.timeseries import dominant_period, interval_rates_at, pearson, sample_and_hold
 from gpuwait.collectors import AnalysisInputs
-from gpuwait.config import Option, Settings, parse_fraction, register_option
+from gpuwait.config import Option, Settings, parse_duration as _duration, parse_fraction, register_option
 from gpuwait.parsers.diskstats import TIME_FIELD_MODULUS_SECONDS
 from gpuwait.ring import WindowView
 from gpuwait.stats.series import interval_rates
@@ -46,6 +47,8 @@ def _correlation(value) -> float:
 
 
 _OPTIONS = (
+    Option("verdict.interval", _duration, 5.0,
+           "How often the verdict is recomputed over the window (it is the costliest analysis; the window statistics of each source are refreshed every analysis.interval)."),
     Option("verdict.min-idle-ratio", parse_fraction, 0.15,
            "Idle fraction of the window below which a GPU counts as computing, whatever it waited for."),
     Option("verdict.min-cause-share", parse_fraction, 0.3,
@@ -131,6 +134,12 @@ class _Grid:
     def rates(self, view: WindowView, key, gap: float, modulus: float | None = None) -> list[float]:
         return interval_rates_at(view.times, view.column(key), self.times, gap, modulus)
 
+    def summed_rates(self, view: WindowView, keys, gap: float) -> list[float]:
+        """Rate of the sum of several counters (a link's two directions): one pass, not two."""
+        columns = [view.column(k) for k in keys]
+        total = [sum(vals) for vals in zip(*columns)]  # NaN when any is missing: that sample is skipped
+        return interval_rates_at(view.times, total, self.times, gap)
+
 
 def _nan_max(columns: Sequence[Sequence[float]], n: int) -> list[float]:
     out = [math.nan] * n
@@ -191,6 +200,11 @@ class VerdictAnalyser:
             evidence["checkpoint"] = host.checkpoint
             cores, blocked = owners.get(owner, (0.0, 0.0))
             active = owner != "" and (cores >= settings["verdict.demand.owner-cores"] or blocked >= 1)
+            report = workload_evidence.reported(inputs.stats, owner)
+            if report is not None:
+                # The loop's own account outranks what the host suggests (A8, A13).
+                active = workload_evidence.demand(report, settings)
+                evidence = workload_evidence.with_data_wait(evidence, busy[g], threshold, report, settings)
             if not active:
                 # No demand (A1): nothing to wait for, whatever else the host is doing.
                 evidence = {}
@@ -244,7 +258,7 @@ class VerdictAnalyser:
         if capacity <= 0:
             return [False] * len(grid.times)
         gap = HOLD_INTERVALS * grid.step
-        rate = _sum(grid.rates(view, ("pcie_rx",) + g, gap), grid.rates(view, ("pcie_tx",) + g, gap))
+        rate = grid.summed_rates(view, (("pcie_rx",) + g, ("pcie_tx",) + g), gap)
         if not any(v == v for v in rate):
             rate = _sum(grid.hold(view, ("gpm_pcie_rx",) + g), grid.hold(view, ("gpm_pcie_tx",) + g))
         limit = settings["verdict.pcie.share"] * capacity
@@ -382,14 +396,13 @@ class _HostEvidence:
         netdev = self.inputs.views.get("netdev")
         if netdev is not None:
             for name in sorted({k[1] for k in netdev.columns if isinstance(k, tuple) and k[0] == "receive"}):
-                rate = _sum(self.grid.rates(netdev, ("receive", name), self.gap),
-                            self.grid.rates(netdev, ("transmit", name), self.gap))
+                rate = self.grid.summed_rates(netdev, (("receive", name), ("transmit", name)), self.gap)
                 links.append((LinkAlignment(name, "netdev", "", None, False), rate))
         rdma = self.inputs.views.get("rdma_traffic")
         if rdma is not None:
             for key in sorted({k[1:] for k in rdma.columns if isinstance(k, tuple) and k[0] == "rx"}):
                 device, port, layer = key
-                rate = _sum(self.grid.rates(rdma, ("rx",) + key, self.gap), self.grid.rates(rdma, ("tx",) + key, self.gap))
+                rate = self.grid.summed_rates(rdma, (("rx",) + key, ("tx",) + key), self.gap)
                 links.append((LinkAlignment(f"{device}:{port}", "rdma", layer, None, False), rate))
         return links
 

@@ -41,4 +41,5 @@ COLLECTOR = CollectorSpec(
     sources=(),
     expose=expose,
     analyse=VerdictAnalyser(),
+    analyse_every="verdict.interval",
 )
