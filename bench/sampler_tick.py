@@ -30,7 +30,7 @@ from functools import partial
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "exporter"))
 
-from gpuwait.collectors import registry  # noqa: E402
+from gpuwait.collectors import AnalysisInputs, registry  # noqa: E402
 from gpuwait.config import resolve  # noqa: E402
 from gpuwait.errors import SourceError  # noqa: E402
 from gpuwait.ring import ColumnRing  # noqa: E402
@@ -98,21 +98,24 @@ class Totals:
     tick_cpu: dict[str, float] = field(default_factory=lambda: {"fast": 0.0, "slow": 0.0})
     tick_wall: dict[str, float] = field(default_factory=lambda: {"fast": 0.0, "slow": 0.0})
     analysis_cpu: float = 0.0
+    #: Cross-source analyses may run less often than every analysis pass.
+    cross_cpu_per_second: float = 0.0
 
 
-def bench_source(spec, settings, iterations: int, table: Table, totals: Totals, views: dict, stats: dict) -> None:
+def bench_source(spec, settings, iterations: int, table: Table, totals: Totals, views: dict, stats: dict,
+                 latest: dict) -> None:
     try:
         source = spec.factory(settings)
     except Exception as e:  # one source that cannot start must not hide the others
         table.add(f"{spec.name}: start", None, note=f"{type(e).__name__}: {e}")
         return
     try:
-        _bench_started_source(spec, source, settings, iterations, table, totals, views, stats)
+        _bench_started_source(spec, source, settings, iterations, table, totals, views, stats, latest)
     finally:
         source.close()
 
 
-def _bench_started_source(spec, source, settings, iterations, table, totals, views, stats) -> None:
+def _bench_started_source(spec, source, settings, iterations, table, totals, views, stats, latest) -> None:
     tier = spec.tier or source.tier
     interval = settings.slow_interval if tier == "slow" else settings.sample_interval
     try:
@@ -121,6 +124,7 @@ def _bench_started_source(spec, source, settings, iterations, table, totals, vie
         table.add(f"{spec.name}: read [{tier}]", *measure(partial(_read_or_none, source), iterations),
                   note=f"fails: {e.cause}")
         return
+    latest[spec.name] = reading
     note = f"{len(reading.errors)} part(s) failing, e.g. {reading.errors[0]}" if reading.errors else ""
     r_wall, r_cpu = measure(source.read, iterations)
     table.add(f"{spec.name}: read [{tier}]", r_wall, r_cpu, note)
@@ -176,24 +180,31 @@ def bench_tree(label: str, procfs: str, sysfs: str, iterations: int, ref_us: flo
 
     table = Table(ref_us)
     totals = Totals()
-    views, stats = {}, {}
+    views, stats, latest = {}, {}, {}
     for collector in collectors:
         for spec in collector.sources:
-            bench_source(spec, settings, iterations, table, totals, views, stats)
+            bench_source(spec, settings, iterations, table, totals, views, stats, latest)
     repeats = max(5, iterations // 100)
+    inputs = AnalysisInputs(views=views, stats=stats, latest=latest, end=time.monotonic())
     for collector in collectors:
         if collector.analyse is None:
             continue
-        x_wall, x_cpu = measure(partial(collector.analyse, views, stats, settings, time.monotonic()), repeats)
-        table.add(f"{collector.name}: cross-source analysis", x_wall, x_cpu)
-        totals.analysis_cpu += statistics.median(x_cpu)
+        every = settings[collector.analyse_every] if collector.analyse_every else settings["analysis.interval"]
+        try:
+            x_wall, x_cpu = measure(partial(collector.analyse, inputs, settings), repeats)
+        except Exception as e:  # report it, and go on with the rest of the table
+            table.add(f"{collector.name}: cross-source analysis", None, note=f"fails: {type(e).__name__}: {e}")
+            continue
+        table.add(f"{collector.name}: cross-source analysis", x_wall, x_cpu, f"every {every:g}s")
+        totals.cross_cpu_per_second += statistics.median(x_cpu) / every
     table.print()
 
     fast_hz = 1.0 / settings.sample_interval
     slow_hz = 1.0 / settings.slow_interval
     analysis_hz = 1.0 / settings["analysis.interval"]
     analysis_cpu = totals.analysis_cpu
-    share = (totals.tick_cpu["fast"] * fast_hz + totals.tick_cpu["slow"] * slow_hz + analysis_cpu * analysis_hz) / 1e6
+    share = (totals.tick_cpu["fast"] * fast_hz + totals.tick_cpu["slow"] * slow_hz + analysis_cpu * analysis_hz
+             + totals.cross_cpu_per_second) / 1e6
     print()
     print(f"fast-tier tick (read + columns, all fast sources): {totals.tick_wall['fast']:.1f} µs wall,"
           f" {totals.tick_cpu['fast']:.1f} µs CPU = {totals.tick_wall['fast'] / ref_us:.1f} x ref")
@@ -202,6 +213,7 @@ def bench_tree(label: str, procfs: str, sysfs: str, iterations: int, ref_us: flo
           f" at {slow_hz:g} Hz: {totals.tick_cpu['slow'] * slow_hz / 1e4:.3f}% of one core")
     print(f"window analysis pass: {analysis_cpu / 1000:.2f} ms CPU, every {settings['analysis.interval']:g}s:"
           f" {analysis_cpu * analysis_hz / 1e4:.2f}% of one core")
+    print(f"cross-source analyses: {totals.cross_cpu_per_second / 1e4:.2f}% of one core")
     print(f"sampling and analysis together: {share * 100:.2f}% of one core (scrapes not included)")
 
 

@@ -36,7 +36,27 @@ def only_collectors_flags(names) -> list[str]:
 
 
 def host_args(tree: pathlib.Path = HOST_TREE) -> list[str]:
-    return [f"--path.procfs={tree / 'proc'}", f"--path.sysfs={tree / 'sys'}", *QUICK_TIMING, *all_collectors_flags()]
+    return [f"--path.procfs={tree / 'proc'}", f"--path.sysfs={tree / 'sys'}", *QUICK_TIMING, *all_collectors_flags(),
+            f"--collector.workload.spool-dir={workload_spool()}"]
+
+
+def workload_spool() -> str:
+    """A spool directory holding the record an instrumented loop in the fixture host's GPU
+    process (pid 4242) would write; written now, since records older than
+    collector.workload.stale-after are dropped."""
+    import tempfile
+    import time
+
+    from gpuwait.workload import format_record
+
+    spool = tempfile.mkdtemp(prefix="gpuwait-workload-")
+    record = format_record({
+        "pid": 4242, "starttime": 1234567, "instance": 0, "kind": "training", "rank": 0, "job": "-",
+        "at": time.monotonic(), "interval": 1.0, "data_seconds": 12.5, "compute_seconds": 37.5, "comm_seconds": 2.0,
+        "steps": 100, "samples": 3200, "requests": 0,
+    })
+    pathlib.Path(spool, "4242-0.rec").write_text(record)
+    return spool
 
 
 def host_env(gpu_machine: pathlib.Path | None = GPU_MACHINE) -> dict[str, str]:

@@ -16,7 +16,7 @@ from gpuwait.catalog import CATALOG, render_markdown
 from gpuwait.catalog.spec import WINDOW_NOTE, MetricSpec
 from gpuwait.collectors import registry
 from fixture_host import host_args, host_env
-from support import REPO, ExporterProcess, value
+from support import REPO, ExporterProcess
 
 DOCS = pathlib.Path(REPO) / "docs" / "metrics.md"
 COLLECTORS = {c.name: c for c in registry()}

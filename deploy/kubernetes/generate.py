@@ -77,6 +77,8 @@ def render_rules(alerts: pathlib.Path) -> dict[str, str]:
             raise GenerateError(f"{path}: not valid YAML: {e}") from None
         if isinstance(tree, dict) and ("rule_files" in tree or "tests" in tree) and "groups" not in tree:
             continue  # a promtool unit test file, not rules
+        if isinstance(tree, dict) and "route" in tree and "groups" not in tree:
+            continue  # an Alertmanager configuration (alerts/alertmanager.yml), not rules
         if not isinstance(tree, dict) or not isinstance(tree.get("groups"), list):
             raise GenerateError(f"{path}: a rule file needs a top-level 'groups' list")
         for group in tree["groups"]:

@@ -87,6 +87,33 @@ def _recorder(sampler: Sampler, settings: Settings) -> TraceWriter:
     return writer
 
 
+def reloadable(name: str) -> bool:
+    """Options a running exporter takes from a reloaded configuration: the log level, and
+    the thresholds the analysis and the scrape read from the settings each time they run.
+    The others shape what is built at start (threads, rings, sources, the listener)."""
+    return name == "log.level" or name.startswith("verdict.") or name.endswith("-threshold")
+
+
+def reload_settings(argv: Sequence[str] | None, sampler: Sampler) -> None:
+    """On SIGHUP: resolve flags and --config.file again and apply what can change live. A
+    configuration that does not resolve leaves the running one as it is."""
+    try:
+        fresh, _ = resolve(argv)
+    except ConfigError as e:
+        log.error("reload failed, keeping the running configuration: %s", e)
+        return
+    current = sampler.settings
+    changed = sorted(k for k, v in fresh.values.items() if current.values.get(k) != v)
+    applied = [k for k in changed if reloadable(k)]
+    deferred = [k for k in changed if not reloadable(k)]
+    sampler.settings = Settings({**current.values, **{k: fresh[k] for k in applied}})
+    if "log.level" in applied:
+        logging.getLogger().setLevel(_LEVELS[fresh["log.level"]])
+    log.info("configuration reloaded; applied: %s", ", ".join(applied) or "no change")
+    if deferred:
+        log.warning("configuration reloaded; these changes need a restart and are not applied: %s", ", ".join(deferred))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     registry()  # registers every collector's flags before they are parsed
     try:
@@ -138,8 +165,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("received %s, shutting down", signal.Signals(signum).name)
         stop.set()
 
+    reload_requested = threading.Event()
+
+    def request_reload(_signum, _frame) -> None:
+        reload_requested.set()
+
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGHUP, request_reload)
 
     if replayer:
         threading.Thread(target=replayer.run, args=(stop,), name="replay", daemon=True).start()
@@ -153,8 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ", ".join(c.name for c in collectors) or "none",
         settings.sample_interval, settings.slow_interval, settings.analysis_window,
     )
-    while not stop.wait(1.0):
-        pass
+    while not stop.wait(0.5):
+        if reload_requested.is_set():
+            reload_requested.clear()
+            reload_settings(argv, sampler)
     server.shutdown()
     server.server_close()
     if not replayer:

@@ -22,11 +22,19 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def parse_duration(text: Any) -> float:
-    """'100ms', '1m30s', '2.5s' or a bare number of seconds -> seconds (float, > 0)."""
+    """'100ms', '1m30s', '2.5s', or a plain number of seconds (a YAML number or '0.5') ->
+    seconds (float, > 0)."""
     if isinstance(text, bool):
         raise ValueError(f"not a duration: {text!r}")
+    if isinstance(text, str):
+        try:
+            text = float(text.strip())
+        except ValueError:
+            pass
     if isinstance(text, (int, float)):
         seconds = float(text)
+        if seconds != seconds or seconds == float("inf"):
+            raise ValueError(f"not a duration: {text!r}")
     else:
         s = str(text).strip()
         pos, seconds = 0, 0.0
@@ -40,6 +48,15 @@ def parse_duration(text: Any) -> float:
     if seconds <= 0:
         raise ValueError(f"duration must be positive: {text!r}")
     return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """The inverse of parse_duration for help texts: 0.1 -> '100ms', 300 -> '5m'."""
+    for unit, size in (("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001)):
+        count = seconds / size
+        if count >= 1 and abs(count - round(count)) < 1e-9:
+            return f"{round(count)}{unit}"
+    return f"{seconds:g}s"
 
 
 def parse_bool(value: Any) -> bool:
@@ -193,6 +210,9 @@ def load_config_file(path: str) -> dict[str, Any]:
     return parsed
 
 
+_METAVARS = {parse_duration: "DURATION", parse_fraction: "RATIO", parse_bool: "BOOL", parse_regex: "REGEX"}
+
+
 class _ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str):  # one clear line, exit status 2
         raise ConfigError(message)
@@ -207,9 +227,14 @@ def build_parser(prog: str = "gpuwait-exporter") -> argparse.ArgumentParser:
     parser.add_argument("--config.file", dest="config.file", metavar="FILE", help="YAML file setting any of these options; flags override it.")
     parser.add_argument("--version", action="store_true", help="Print the version and exit.")
     for option in OPTIONS:
-        default = option.default.pattern if isinstance(option.default, re.Pattern) else option.default
+        default = option.default
+        if isinstance(default, re.Pattern):
+            default = default.pattern
+        elif option.parse is parse_duration:
+            default = format_duration(default)
         parser.add_argument(
-            f"--{option.name}", *(f"--{alias}" for alias in option.aliases), dest=option.name, metavar=option.metavar or None,
+            f"--{option.name}", *(f"--{alias}" for alias in option.aliases), dest=option.name,
+            metavar=option.metavar or _METAVARS.get(option.parse, "VALUE"),
             default=None, help=f"{option.help} (default: {default})".replace("%", "%%"),
         )
     for name, default in sorted(COLLECTOR_DEFAULTS.items()):

@@ -62,17 +62,25 @@ class ColumnRing:
         for key in [k for k, c in self._columns.items() if all(v != v for v in c)]:
             del self._columns[key]
 
-    def _chronological(self, buffer: array) -> list[float]:
-        if self._count < self.capacity:
-            return buffer[: self._count].tolist()
-        return buffer[self._head :].tolist() + buffer[: self._head].tolist()
-
     def view(self, since: float | None = None) -> WindowView:
-        times = self._chronological(self._times)
-        columns = {key: self._chronological(column) for key, column in self._columns.items()}
+        # Rows older than ``since`` are cut before anything is copied: each column is copied
+        # once, straight from its buffer, in at most two slices.
+        count, head, capacity = self._count, self._head, self.capacity
+        first = head if count == capacity else 0  # buffer position of the oldest row
+        times = self._chronological(self._times, first, 0)
+        start = 0
         if since is not None:
             start = next((i for i, t in enumerate(times) if t >= since), len(times))
             if start:
                 times = times[start:]
-                columns = {key: values[start:] for key, values in columns.items()}
+        columns = {key: self._chronological(column, first, start) for key, column in self._columns.items()}
         return WindowView(times, columns)
+
+    def _chronological(self, buffer: array, first: int, skip: int) -> list[float]:
+        """Rows ``skip`` onwards, oldest first, as a list."""
+        count = self._count - skip
+        begin = (first + skip) % self.capacity
+        end = begin + count
+        if end <= self.capacity:
+            return buffer[begin:end].tolist()
+        return buffer[begin:].tolist() + buffer[: end - self.capacity].tolist()

@@ -23,15 +23,27 @@ driver. Times in the file are seconds since the double was configured. Keys::
 Per GPU: name, memory_total, memory_used, gpm (bool), architecture, numa, switch,
 host_bridge, pcie {gen, width, max_gen, max_width, gpu_max_gen, tx_rate, rx_rate, replays},
 pcie_counters (bool), nvlink {links, rate, down: [..], errors: {crc_flit: n, ...}},
-utilization {period, duty, high, low, phase} or a constant, memory_factor, sample_period,
+utilization {period, duty, high, low, phase} or a constant or {live: PATH, high, low} (below),
+memory_factor, sample_period,
 power {idle, max, limit}, clocks_event_reasons [SwPowerCap, ...], processes [{pid,
-used_memory, sm}], xids [{after, code}], lost {after, until}, hang {calls: [...], after,
+used_memory, sm}], process_churn {rate, lifetime, first_pid}, xids [{after, code}], lost {after, until}, hang {calls: [...], after,
 until}, errors {nvmlFunction: ERROR_NAME}, field_errors {NVML_FI_NAME: ERROR_NAME},
 mig {instances: [{gpu_instance, compute_instance, memory_total, memory_used}]}.
+
+A live utilization (``utilization: {live: PATH}``) follows a workload running next to the
+double: PATH is a log the workload appends a line to at each change of state,
+``<seconds> <value>`` where seconds are on the machine's clock (CLOCK_MONOTONIC, i.e.
+``time.monotonic()`` in any process of the host, when the double runs on its own clock) and
+value is ``busy`` (= high), ``idle`` (= low) or a fraction 0..1. A line without a time takes
+effect when the double first reads it. The log is read again on every call, so sample
+buffers, GPM intervals, energy and PCIe counters all integrate the changes exactly where
+they happened. Processes listed with a real pid are real processes: the exporter reads
+their /proc/<pid> as it would for a CUDA process.
 """
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import importlib.metadata
 import importlib.util
@@ -138,6 +150,83 @@ class _Pattern:
         return self.at(b) if b <= a else (self.integral(b) - self.integral(a)) / (b - a)
 
 
+class _LiveSignal:
+    """Utilization as a step function read from the log a workload appends its state changes
+    to; same interface as _Pattern. Before the first change it is ``low``; after the last it
+    stays at the last value."""
+
+    def __init__(self, machine: "_Machine", spec: dict) -> None:
+        self.machine = machine
+        self.path = os.fspath(spec["live"])
+        self.high = float(spec.get("high", 0.97))
+        self.low = float(spec.get("low", 0.0))
+        self.times: list[float] = []  # machine seconds of each change, ascending
+        self.values: list[float] = []
+        self.cumulative: list[float] = []  # integral over [0, times[i]]
+        self._offset = 0
+        self._partial = b""
+        self._lock = threading.Lock()
+
+    def _value(self, word: str) -> float:
+        if word == "busy":
+            return self.high
+        if word == "idle":
+            return self.low
+        return min(1.0, max(0.0, float(word)))
+
+    def _refresh(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        if not data:
+            return
+        self._offset += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()  # a line still being written
+        m = self.machine
+        for line in lines:
+            words = line.decode("ascii", "replace").split()
+            if not words:
+                continue
+            try:
+                if len(words) >= 2:
+                    t, value = float(words[0]) - m.t0, self._value(words[1])
+                else:
+                    t, value = m.now(), self._value(words[0])
+            except ValueError:
+                continue  # not a state line: a workload's log may carry other text
+            t = max(t, 0.0, self.times[-1] if self.times else 0.0)
+            before = self.integral_known(t)
+            self.times.append(t)
+            self.values.append(value)
+            self.cumulative.append(before)
+
+    def integral_known(self, t: float) -> float:
+        i = bisect.bisect_right(self.times, t) - 1
+        if i < 0:
+            return self.low * t
+        return self.cumulative[i] + self.values[i] * (t - self.times[i])
+
+    def integral(self, t: float) -> float:
+        """Integral of utilization over [0, t]."""
+        with self._lock:
+            self._refresh()
+            return self.integral_known(max(t, 0.0))
+
+    def at(self, t: float) -> float:
+        with self._lock:
+            self._refresh()
+            i = bisect.bisect_right(self.times, t) - 1
+            return self.low if i < 0 else self.values[i]
+
+    def mean(self, a: float, b: float) -> float:
+        return self.at(b) if b <= a else (self.integral(b) - self.integral(a)) / (b - a)
+
+
 class _Gpu:
     def __init__(self, machine: "_Machine", index: int, spec: dict) -> None:
         self.machine = machine
@@ -167,7 +256,11 @@ class _Gpu:
         self.nvlink_rate = float(nvlink.get("rate", 100e9))
         self.nvlink_down = set(nvlink.get("down", ()))
         self.nvlink_errors = dict(nvlink.get("errors") or {})
-        self.pattern = _Pattern(spec.get("utilization", {"period": 2.0, "duty": 0.5}))
+        utilization = spec.get("utilization", {"period": 2.0, "duty": 0.5})
+        if isinstance(utilization, dict) and "live" in utilization:
+            self.pattern = _LiveSignal(machine, utilization)
+        else:
+            self.pattern = _Pattern(utilization)
         self.memory_factor = float(spec.get("memory_factor", 0.4))
         self.sample_period = float(spec.get("sample_period", 1 / 6))
         power = spec.get("power") or {}
@@ -176,6 +269,9 @@ class _Gpu:
         self.power_limit = float(power.get("limit", 700.0))
         self.reasons = [getattr(real, f"nvmlClocksEventReason{r}") for r in spec.get("clocks_event_reasons", ())]
         self.processes = list(spec.get("processes") or ())
+        churn = spec.get("process_churn")
+        self.churn = (float(churn.get("rate", 100)), float(churn.get("lifetime", 0.5)),
+                      int(churn.get("first_pid", 100000))) if churn else None
         self.xids = [(float(x["after"]), int(x["code"])) for x in spec.get("xids") or ()]
         self.lost = _Window(spec["lost"]) if spec.get("lost") else None
         hang = spec.get("hang")
@@ -196,6 +292,17 @@ class _Gpu:
 
     def handle(self):
         return real.c_nvmlDevice_t(self.struct)
+
+    def processes_now(self) -> list[dict]:
+        """The fixed processes, plus those of the churn alive now: one started every 1/rate
+        seconds, each living ``lifetime`` seconds, with pids counting up from first_pid."""
+        if self.churn is None:
+            return self.processes
+        rate, lifetime, first_pid = self.churn
+        t = self.machine.now()
+        newest = int(t * rate)
+        oldest = max(0, int((t - lifetime) * rate) + 1)
+        return self.processes + [{"pid": first_pid + n, "used_memory": 2**28, "sm": 0.01} for n in range(oldest, newest + 1)]
 
     def util_integral(self, t: float) -> float:
         return self.pattern.integral(t)
@@ -814,7 +921,7 @@ def nvmlEventSetFree(eventSet):
 def _processes(handle, fn: str):
     gpu = _gpu(handle, fn)
     out = []
-    for p in gpu.processes:
+    for p in gpu.processes_now():
         info = real.c_nvmlProcessInfo_v2_t()
         info.pid = int(p["pid"])
         used = p.get("used_memory")
@@ -840,10 +947,10 @@ def nvmlDeviceGetProcessUtilization(handle, timeStamp):
     gpu = _gpu(handle, "nvmlDeviceGetProcessUtilization")
     _no_mig(gpu)
     stamp = gpu.machine.wall_us(gpu.machine.now())
-    if not gpu.processes or stamp <= timeStamp:
+    if not gpu.processes_now() or stamp <= timeStamp:
         raise _error("NOT_FOUND")
     out = []
-    for p in gpu.processes:
+    for p in gpu.processes_now():
         sample = real.c_nvmlProcessUtilizationSample_t()
         sample.pid = int(p["pid"])
         sample.timeStamp = stamp

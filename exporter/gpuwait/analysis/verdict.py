@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuwait.analysis import workload_evidence
-from gpuwait.analysis.attribution import Attribution, VerdictRules, attribute, verdict
+from gpuwait.analysis.attribution import EVIDENCE_ORDER, Attribution, VerdictRules, attribute, verdict
 from gpuwait.analysis.timeseries import dominant_period, interval_rates_at, pearson, sample_and_hold
 from gpuwait.collectors import AnalysisInputs
 from gpuwait.config import Option, Settings, parse_duration as _duration, parse_fraction, register_option
@@ -206,17 +206,25 @@ class VerdictAnalyser:
                 active = workload_evidence.demand(report, settings)
                 evidence = workload_evidence.with_data_wait(evidence, busy[g], threshold, report, settings)
             if not active:
-                # No demand (A1): nothing to wait for, whatever else the host is doing.
-                evidence = {}
+                if report is not None:
+                    # The loop itself reports too little to do (A1, A13): nothing to wait for.
+                    evidence = {}
+                else:
+                    # Seen from the host only, a quiet owner may still be waiting: a job asleep
+                    # in a socket read during an all-reduce uses no CPU. Host evidence stands;
+                    # only a busy peer proves nothing, as inference GPUs each serve alone.
+                    evidence.pop("sync", None)
             reasons = grid.hold(gpu_view, ("reasons",) + g)
             throttled = [r == r and (int(r) & CLOCK_LIMIT_BITS) != 0 for r in reasons]
             attribution = attribute(busy[g], evidence, [active] * n, throttled, threshold)
             period = dominant_period(busy[g], grid.step) if attribution.idle_ratio >= rules.min_idle_ratio else None
             if period is not None and period[1] < settings["verdict.dip.min-periodicity"]:
                 period = None
+            cause = verdict(attribution, rules)
             results.append(GpuVerdict(
-                index=str(index), uuid=uuid, owner=owner, demand=active,
-                verdict=verdict(attribution, rules), attribution=attribution,
+                # A GPU that waits on something has work waiting, however quiet its owner's CPU.
+                index=str(index), uuid=uuid, owner=owner, demand=active or cause in EVIDENCE_ORDER,
+                verdict=cause, attribution=attribution,
                 dip_period_seconds=period[0] if period else None, dip_strength=period[1] if period else None,
                 links=tuple(a for a, _ in links), busy_signal=signal[g],
             ))

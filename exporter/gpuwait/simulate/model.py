@@ -36,7 +36,13 @@ class Params:
     cores: int = 32
     target_gpu: int = 3  # the GPU a one-GPU scenario (straggler, downtrained, lost) acts on
     lost_after: float = 20.0  # seconds into the run the target GPU falls off the bus (gpu_lost)
+    #: Extra share of each step this node's GPUs compute beyond ``duty`` (node_straggler): 0 on
+    #: the nodes that wait at the barrier, e.g. 0.4 on the one slow node of a multi-node job.
+    node_slowdown: float = 0.0
     seed: int = 1
+    #: 1: the job's loops report their timing as gpuwait.workload would (data wait, compute,
+    #: communication, steps; requests for inference), so the verdict has that evidence too.
+    workload: int = 0
 
 
 @dataclass
@@ -298,6 +304,20 @@ def _network(roce: bool) -> Callable[[Scenario, float], NodeState]:
     return state
 
 
+def _network_tcp_sleeping(s: Scenario, t: float) -> NodeState:
+    """All-reduce over TCP (Gloo) on the Ethernet NIC, the job asleep in socket reads while it
+    waits: no CPU, no D state, yet the GPUs wait on the network."""
+    node = baseline(s)
+    computing = phase(t, s.params.period) < s.params.duty
+    node.owner_cpu_cores = 0.02
+    node.owner_running_threads = 0.0
+    if computing:
+        _all_gpus(node, compute)
+    else:
+        node.nics["eth0"] = PortState(rx_bps=9e9, tx_bps=9e9)
+    return node
+
+
 def _straggler(s: Scenario, t: float) -> NodeState:
     """One GPU takes longer per step; the others finish and wait for it at the barrier."""
     node = baseline(s)
@@ -317,6 +337,33 @@ def _straggler(s: Scenario, t: float) -> NodeState:
             g.util = 0.02  # spinning in the collective, waiting for the slow peer
     # The AllReduce itself is short and lands after the straggler finishes.
     if x >= 0.95:
+        for port in node.rdma.values():
+            port.rx_bps = port.tx_bps = 0.3 * s.topology.rdma_rate_bps
+    return node
+
+
+def _node_straggler(s: Scenario, t: float) -> NodeState:
+    """One node of a multi-node job: its GPUs compute ``duty + node_slowdown`` of each step,
+    then join the step's collective, which completes only when the slowest node has joined.
+    A multi-node job is one exporter per node (distinct seeds give distinct GPU UUIDs, the
+    owner is the same everywhere) with a slowdown on the slow one."""
+    node = baseline(s)
+    p = s.params
+    x = phase(t, p.period)
+    loader_cores(node, 0.3)
+    node.owner_cpu_cores = 1.5
+    joined = min(0.9, p.duty + p.node_slowdown)
+    for g in node.gpus:
+        if not g.up:
+            continue
+        if x < joined:
+            compute(g)
+        else:
+            g.util = 0.03  # NCCL kernels spin in the collective until the slowest node arrives
+            g.sm_active = 0.02
+    if x >= joined:
+        # The nodes already in the collective reduce among themselves while the late one
+        # computes; the last exchange follows its arrival.
         for port in node.rdma.values():
             port.rx_bps = port.tx_bps = 0.3 * s.topology.rdma_rate_bps
     return node
@@ -456,7 +503,11 @@ _add("host_transfer", "Host-to-device copies at the PCIe limit during the gaps (
 _add("network_allreduce", "AllReduce over InfiniBand: periodic dips aligned with RDMA bursts, xmit_wait rising (A9, A10, A11).", "network", _network(False))
 _add("network_allreduce_roce", "AllReduce over RoCE with ECN/CNP congestion (A11).", "network", _network(True),
      topology=Topology(rdma_link_layer="Ethernet"))
+_add("network_tcp_sleeping", "All-reduce over TCP with the job asleep in socket reads: no CPU used, still a network wait (A10).", "network", _network_tcp_sleeping)
 _add("straggler", "One GPU computes longer; its peers wait at the barrier (A12).", "sync", _straggler, affected=_others)
+_add("node_straggler", "A peer node of a multi-node job is slower: every GPU here finishes and waits in the collective, "
+     "which the node alone can only see as network; the cross-node comparison names the slow node "
+     "(node_slowdown=0.4 makes this node the slow one) (A10, A12).", "network", _node_straggler)
 _add("insufficient_work", "Small batches: low utilization, nothing waiting, launch thread busy (A4).", "insufficient_work", _insufficient_work)
 _add("low_load_inference", "Few inference requests: low utilization without demand, nothing to fix (A1, A13).", "none", _low_load_inference)
 _add("throttled", "Busy under power and thermal clock limits.", "throttled", _throttled)

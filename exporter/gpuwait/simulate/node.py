@@ -18,7 +18,10 @@ from gpuwait.simulate.model import NodeState, Scenario, noisy
 from gpuwait.sources.cpu import CpuData
 from gpuwait.sources.gpu import GpuDevice, GpuDeviceData, GpuFastData, GpuTick, OwnerState, OwnerUse
 from gpuwait.sources.nfs import METADATA_OPS, NfsData, NfsMountData
+from gpuwait.parsers.workload import parse_record
 from gpuwait.sources.pressure import PressureData
+from gpuwait.sources.workload import OwnedRecord, WorkloadData
+from gpuwait.workload import format_record
 from gpuwait.sources.rdma import (
     PortTraffic,
     RdmaData,
@@ -41,6 +44,12 @@ OWNER_LABELS = {
     "pod_uid": "5f0c1a2e-7d1b-4a8e-9c3f-2b6d8e4a1c90", "container_id": "", "slurm_job": "", "slurm_uid": "", "unit": "",
 }
 FIRST_PID = 4242
+#: Samples per step reported by the simulated job's loops.
+WORKLOAD_BATCH = 32
+#: Requests per second each GPU's server accepts in the inference scenario: low load (A13).
+WORKLOAD_LOW_REQUEST_RATE = 0.05
+#: The loop phase a scenario's idle GPU time falls in (the rest is the loop's own compute).
+WORKLOAD_WAIT_PHASE = {"data_pipeline": "data", "storage": "data", "network": "comm", "sync": "comm"}
 
 
 class SimulatedNode:
@@ -118,11 +127,28 @@ class SimulatedNode:
             c[("nfs", op, "rtt_ms")] += ops * o.latency * 900.0
             c[("nfs", op, "bytes")] += ops * (131072 if op == "READ" else 200)
         c[("owner", "cpu")] += self._rate(s.owner_cpu_cores) * dt
+        if self.scenario.params.workload:
+            self._loop_phases(s, dt)
         for i, g in enumerate(s.gpus):
             if g.up:
                 c[("gpu", i, "pcie_rx")] += self._rate(g.pcie_rx_bps) * dt
                 c[("gpu", i, "pcie_tx")] += self._rate(g.pcie_tx_bps) * dt
                 c[("gpu", i, "energy")] += g.power_watts * dt
+
+    def _loop_phases(self, s: NodeState, dt: float) -> None:
+        # What the job's loop is doing while its GPU is idle is what the scenario models:
+        # waiting for the next batch, in a collective, or in its own (too small) compute.
+        inference = "inference" in self.scenario.name
+        waiting = WORKLOAD_WAIT_PHASE.get(self.scenario.expected, "compute")
+        for i, g in enumerate(s.gpus):
+            if g.up and g.has_process:
+                if g.util >= 0.5:
+                    self.counters[("loop", i, "compute")] += dt
+                elif not inference:
+                    # An idle inference server waits for requests: time outside its loop.
+                    self.counters[("loop", i, waiting)] += dt
+                if inference:
+                    self.counters[("loop", i, "requests")] += WORKLOAD_LOW_REQUEST_RATE * dt
 
     def _port(self, key: tuple, p, dt: float, mtu: int) -> None:
         rx, tx = self._rate(p.rx_bps) * dt, self._rate(p.tx_bps) * dt
@@ -294,12 +320,38 @@ class SimulatedNode:
         )
         return GpuDeviceData(True, "", "570.124.06", "12.8", tuple(devices), {}, {OWNER: owner})
 
+    def workload(self, t: float) -> WorkloadData:
+        """The records each GPU's process would write with gpuwait.workload (Params.workload=1),
+        encoded and parsed as the exporter reads them from the spool."""
+        if not self.scenario.params.workload:
+            return WorkloadData()
+        self.advance(t)
+        kind = "inference" if "inference" in self.scenario.name else "training"
+        records = []
+        for i, g in enumerate(self.state.gpus):
+            if not g.has_process or not g.up:
+                continue
+            c = self.counters
+            if kind == "inference":
+                steps = int(c[("loop", i, "requests")])  # one batch per request at this load
+            else:
+                steps = int(self.elapsed(t) / self.scenario.params.period)
+            text = format_record({
+                "pid": FIRST_PID + i, "starttime": 1000 + i, "instance": 0, "kind": kind, "rank": i, "job": "-",
+                "at": t, "interval": 1.0,
+                "data_seconds": c[("loop", i, "data")], "compute_seconds": c[("loop", i, "compute")],
+                "comm_seconds": c[("loop", i, "comm")], "steps": steps, "samples": steps * WORKLOAD_BATCH,
+                "requests": int(c[("loop", i, "requests")]) if kind == "inference" else 0,
+            })
+            records.append(OwnedRecord(parse_record(text), OWNER))
+        return WorkloadData(tuple(records))
+
     #: source name -> payload builder
     def builders(self) -> dict[str, Callable[[float], object]]:
         return {
             "cpu": self.cpu, "pressure": self.pressure, "diskstats": self.diskstats, "netdev": self.netdev,
             "rdma_traffic": self.rdma_traffic, "rdma": self.rdma, "nfs": self.nfs,
-            "gpu": self.gpu, "gpu_device": self.gpu_device,
+            "gpu": self.gpu, "gpu_device": self.gpu_device, "workload": self.workload,
         }
 
     def reading(self, source: str, t: float) -> Reading:

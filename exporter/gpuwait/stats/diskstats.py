@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from gpuwait.config import Settings
 from gpuwait.parsers.diskstats import TIME_FIELD_MODULUS_SECONDS as TIME_MODULUS, Diskstats
 from gpuwait.ring import WindowView
-from gpuwait.stats.series import clamp_ratio, increase, interval_rates, maximum, window_rate
+from gpuwait.stats.series import clamp_ratio, increase, interval_rates, maximum, steady, window_rate
 
 def columns(data: Diskstats) -> dict[Hashable, float]:
     # Only what the window statistics need; merges, discards and flushes are exposed from the
@@ -66,17 +66,26 @@ def paired_quotient(
     Skipping an interval for both keeps a reset of one counter (a re-plugged device) from
     pairing the other's increase with nothing.
     """
+    if len(times) >= 2 and steady(times, numerator) and steady(times, denominator):
+        # Both counters read throughout and never reset: the sums telescope.
+        den = denominator[-1] - denominator[0]
+        return (numerator[-1] - numerator[0]) / den if den > 0 else None
     num_sum = den_sum = 0.0
     prev_t = prev_n = prev_d = math.nan
     for t, n, d in zip(times, numerator, denominator):
         if n != n or d != d:
             continue
+        # The common case (both counters moved forward) without the calls of ``increase``.
         if prev_n == prev_n and t > prev_t:
-            dn = increase(prev_n, n, numerator_modulus)
-            dd = increase(prev_d, d)
-            if dn is not None and dd is not None:
-                num_sum += dn
-                den_sum += dd
+            if n >= prev_n and d >= prev_d:
+                num_sum += n - prev_n
+                den_sum += d - prev_d
+            else:
+                dn = increase(prev_n, n, numerator_modulus)
+                dd = increase(prev_d, d)
+                if dn is not None and dd is not None:
+                    num_sum += dn
+                    den_sum += dd
         prev_t, prev_n, prev_d = t, n, d
     return num_sum / den_sum if den_sum > 0 else None
 

@@ -9,11 +9,9 @@ from the upper half of its range is taken as a wrap instead.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
-
-
-def _valid(x: float) -> bool:
-    return x == x  # NaN is the only float unequal to itself
+from itertools import islice
 
 
 def increase(prev: float, cur: float, modulus: float | None = None) -> float | None:
@@ -29,15 +27,19 @@ def interval_rates(
     times: Sequence[float], values: Sequence[float], modulus: float | None = None
 ) -> list[float]:
     """Per-second rate over each pair of consecutive valid samples, resets skipped."""
+    # ``increase`` inlined: this runs over every column of every window each analysis pass.
     rates = []
+    append = rates.append
+    half = modulus / 2 if modulus is not None else None
     prev_t = prev_v = None
     for t, v in zip(times, values):
-        if not _valid(v):
+        if v != v:
             continue
         if prev_v is not None and t > prev_t:
-            inc = increase(prev_v, v, modulus)
-            if inc is not None:
-                rates.append(inc / (t - prev_t))
+            if v >= prev_v:
+                append((v - prev_v) / (t - prev_t))
+            elif half is not None and prev_v >= half and v < half:
+                append((v + modulus - prev_v) / (t - prev_t))
         prev_t, prev_v = t, v
     return rates
 
@@ -46,19 +48,33 @@ def total_increase(
     times: Sequence[float], values: Sequence[float], modulus: float | None = None
 ) -> tuple[float, float] | None:
     """(increase, seconds covered) summed over valid intervals, or None if there are none."""
+    if len(values) >= 2 and steady(times, values):
+        # No gap, reset or wrap: the sum of the increases telescopes to last minus first
+        # (exactly, where the running sum would round at every step).
+        return values[-1] - values[0], times[-1] - times[0]
     inc_sum = 0.0
     span = 0.0
+    half = modulus / 2 if modulus is not None else None
     prev_t = prev_v = None
     for t, v in zip(times, values):
-        if not _valid(v):
+        if v != v:
             continue
         if prev_v is not None and t > prev_t:
-            inc = increase(prev_v, v, modulus)
-            if inc is not None:
-                inc_sum += inc
+            if v >= prev_v:
+                inc_sum += v - prev_v
+                span += t - prev_t
+            elif half is not None and prev_v >= half and v < half:
+                inc_sum += v + modulus - prev_v
                 span += t - prev_t
         prev_t, prev_v = t, v
     return (inc_sum, span) if span > 0 else None
+
+
+def steady(times: Sequence[float], values: Sequence[float]) -> bool:
+    """Every value of a counter read (no NaN) and none going back, times strictly increasing: the usual
+    window of a counter, checked at C speed (a NaN fails every comparison)."""
+    return (len(times) == len(values) and all(map(operator.le, values, islice(values, 1, None)))
+            and all(map(operator.lt, times, islice(times, 1, None))))
 
 
 def window_rate(
@@ -80,7 +96,7 @@ def clamp_ratio(value: float | None) -> float | None:
 
 
 def valid(values: Sequence[float]) -> list[float]:
-    return [v for v in values if _valid(v)]
+    return [v for v in values if v == v]  # NaN is the only float unequal to itself
 
 
 def mean(values: Sequence[float]) -> float | None:
