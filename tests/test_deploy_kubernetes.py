@@ -157,6 +157,19 @@ def test_daemonset_runs_unprivileged_on_gpu_nodes_and_sees_the_host():
     port = flags["web.listen-address"].rsplit(":", 1)[1]
     assert {"name": "metrics", "containerPort": int(port), "protocol": "TCP"} in container["ports"]
 
+    # The workload spool: the host directory training pods mount too, where the flag points,
+    # and opened to every user's jobs before the exporter starts.
+    spool = "/run/gpuwait/workload"
+    assert flags["collector.workload.spool-dir"] == spool
+    mount = next(m for m in mounts.values() if m["mountPath"] == spool)
+    assert volumes[mount["name"]]["hostPath"] == {"path": spool, "type": "DirectoryOrCreate"}
+    (init,) = spec["initContainers"]
+    assert [m["mountPath"] for m in init["volumeMounts"]] == [spool] and init["volumeMounts"][0]["name"] == mount["name"]
+    assert spool in " ".join(init["command"]) and "0o1777" in " ".join(init["command"])
+    isc = init["securityContext"]
+    assert isc["capabilities"] == {"drop": ["ALL"]} and isc["allowPrivilegeEscalation"] is False
+    assert isc["readOnlyRootFilesystem"] is True and not isc.get("privileged")
+
 
 @pytest.mark.parametrize("components", [(), ("web-config",)])
 def test_container_arguments_are_exporter_flags(tmp_path, components):

@@ -7,6 +7,10 @@ while the loop computes (it reads the loop's state log) and with the loop's real
 compute process. The real exporter samples the real /proc and /sys; in each variant one
 phase dominates the step and the verdict must name it.
 
+The variants read the host alone. One more runs the slow-reads loop instrumented with
+gpuwait.workload, as a job would be, writing into the spool the exporter reads: its reported
+data wait is direct evidence (A8), and the verdict must still be storage.
+
 Sized for a small machine (2 cores): the loop uses at most one core for its own work, the
 exporter another, and a step lasts about a second so a 30 s window holds ~30 dips.
 """
@@ -49,6 +53,8 @@ class Variant:
     name: str
     expected: str
     loop: tuple[str, ...]
+    #: The loop reports its own data wait and compute through gpuwait.workload.
+    instrumented: bool = False
 
 
 VARIANTS = (
@@ -66,6 +72,9 @@ VARIANTS = (
         "--files=4", "--file-bytes=262144", "--files-per-step=1",
         "--decode-seconds=0.01", "--compute-seconds=0.4", "--exchange-bytes=24000000")),
 )
+SLOW_READS = VARIANTS[0]
+#: The slow-reads loop, reporting its timing: read and decode are its data wait.
+INSTRUMENTED = Variant("slow_reads_instrumented", SLOW_READS.expected, SLOW_READS.loop, instrumented=True)
 
 
 def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -162,6 +171,8 @@ class Job:
         self.procs: list[subprocess.Popen] = []
         self.state = tmp / "gpu-state.log"
         self.loop_log = tmp / "loop.jsonl"
+        #: The exporter always reads this spool; only an instrumented loop writes into it.
+        self.spool = tmp / "workload"
 
     def start(self) -> int:
         port = free_port()
@@ -179,7 +190,8 @@ class Job:
             loop = subprocess.Popen(
                 [sys.executable, str(REALLOAD / "training_loop.py"), "--state", str(self.state),
                  "--data-dir", str(self.tmp / "data"), "--peer", f"{self.link.peer_address}:{port}",
-                 "--duration", "240", *self.variant.loop],
+                 "--duration", "240", *self.variant.loop,
+                 *(("--workload-spool", str(self.spool)) if self.variant.instrumented else ())],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_job_priority)
         self.procs.append(loop)
         deadline = time.monotonic() + 60  # the data set is written first
@@ -232,7 +244,7 @@ def diagnostics(samples, job: Job) -> str:
     """What the loop did and what the exporter saw, to read when a verdict is not the one
     expected (or to size the variants on another machine)."""
 
-    def series(name: str, keep=("cause", "link", "device", "resource", "scope", "state")) -> str:
+    def series(name: str, keep=("cause", "link", "device", "resource", "scope", "state", "owner")) -> str:
         found = []
         for labels, v in samples.get(name, []):
             if labels.get("gpu", "0") != "0":
@@ -248,13 +260,14 @@ def diagnostics(samples, job: Job) -> str:
                  "gpuwait_gpu_link_correlation", "gpuwait_gpu_link_aligned", "gpuwait_gpu_owner_threads",
                  "gpuwait_disk_window_queue_depth_mean", "gpuwait_disk_window_reads_per_second",
                  "gpuwait_pressure_window_stalled_ratio", "gpuwait_cpu_window_saturated_cores",
-                 "gpuwait_cpu_window_busy_max_ratio"):
+                 "gpuwait_cpu_window_busy_max_ratio", "gpuwait_workload_window_data_wait_ratio",
+                 "gpuwait_workload_window_compute_ratio", "gpuwait_workload_window_comm_ratio"):
         lines.append(f"  {name}: {series(name)}")
     return "\n".join(lines)
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
+@pytest.mark.parametrize("variant", (*VARIANTS, INSTRUMENTED), ids=[v.name for v in (*VARIANTS, INSTRUMENTED)])
 def test_the_dominant_phase_is_the_verdict(variant: Variant, link: Link, tmp_path: Path):
     job = Job(tmp_path, link, variant)
     try:
@@ -263,7 +276,8 @@ def test_the_dominant_phase_is_the_verdict(variant: Variant, link: Link, tmp_pat
         env = {"PYTHONPATH": os.pathsep.join([DOUBLE_DIR, *filter(None, [os.environ.get("PYTHONPATH")])]),
                "GPUWAIT_NVML_DOUBLE": machine}
         before = _interface_bytes(link.interface)
-        with ExporterProcess([*EXPORTER_ARGS, *link.exporter_args], env=env) as exp:
+        spool_arg = f"--collector.workload.spool-dir={job.spool}"
+        with ExporterProcess([*EXPORTER_ARGS, *link.exporter_args, spool_arg], env=env) as exp:
             exp.wait_for(lambda s: value(s, "gpuwait_gpu_demand", gpu=0) == 1.0, timeout=20)
             owner_start = (time.monotonic(), _owner_cpu(exp.scrape()))
             time.sleep(WINDOW_SECONDS + 2)
@@ -277,6 +291,23 @@ def test_the_dominant_phase_is_the_verdict(variant: Variant, link: Link, tmp_pat
             report = f"{diagnostics(samples, job)}\n  owner cores over the run: {owner_cores:.2f}"
             print(report)
             assert all(v.get(variant.expected) == 1.0 for v in verdicts), f"{verdicts}\n{report}\n{exp.log()[-3000:]}"
+            data_wait = samples.get("gpuwait_workload_window_data_wait_ratio", [])
+            if not variant.instrumented:
+                assert not data_wait, f"a host-evidence-only variant saw workload reports: {data_wait}"
+            else:
+                # The loop's report names the same owner as the GPU's process, so the verdict
+                # can join the two.
+                gpu_owners = {lbl["owner"] for lbl, _ in samples.get("gpuwait_gpu_owner_info", []) if lbl["gpu"] == "0"}
+                assert len(gpu_owners) == 1, report
+                assert [lbl["owner"] for lbl, _ in data_wait] == [*gpu_owners], report
+                (owner,) = gpu_owners
+                ratio = value(samples, "gpuwait_workload_window_data_wait_ratio", owner=owner, kind="training")
+                assert ratio is not None, report
+                print(f"  workload data-wait ratio of {owner}: {ratio:.3f}")
+                assert ratio > 0.3, report
+                for name in ("gpuwait_workload_processes", "gpuwait_workload_window_compute_ratio",
+                             "gpuwait_workload_window_steps_per_second"):
+                    assert {lbl["owner"] for lbl, _ in samples.get(name, [])} == gpu_owners, f"{name}\n{report}"
             if variant.expected == "network":
                 moved = _interface_bytes(link.interface) - before
                 assert moved > 20 * variant_exchange_bytes(variant), report

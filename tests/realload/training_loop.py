@@ -11,10 +11,16 @@
            the gradients.
 
     python3 training_loop.py --state LOG --data-dir DIR --peer ADDRESS:PORT [phase sizes]
+                             [--workload-spool DIR]
 
 Each step's phase durations go to stdout as one line of JSON. The process is the GPU's
 compute process in the double's machine file, so the exporter attributes the GPU to it and
 reads its CPU time and thread states from its real /proc/<pid>.
+
+With ``--workload-spool`` the loop also reports its own timing through gpuwait.workload into
+that spool, marked by hand as docs/workload.md shows for loops that do not iterate over a
+loader: read and decode are its data phase, the GPU's turn its compute, the exchange its
+communication, and each iteration a step.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 
 HEADER = struct.Struct("!Q")
 
@@ -165,27 +172,41 @@ def main(argv=None) -> int:
                    help="how the host thread waits for the GPU's kernels (see synchronize)")
     p.add_argument("--exchange-bytes", type=int, default=65536)
     p.add_argument("--duration", type=float, default=300.0, help="stop after this long, whatever happens")
+    p.add_argument("--workload-spool", help="report the loop's timing with gpuwait.workload into this spool directory")
     args = p.parse_args(argv)
 
     state = StateLog(args.state)
     data = DataSet(args.data_dir, args.files, args.file_bytes, args.direct, args.block, args.read_threads)
     decode = decoder(args.decode_seconds)
     exchange = Exchange(args.peer, args.exchange_bytes)
+    if args.workload_spool:
+        from gpuwait.workload import Workload
+
+        workload = Workload(spool=args.workload_spool)
+        data_phase, compute_phase, comm_phase = workload.data, workload.compute, workload.comm
+    else:
+        workload = None
+        data_phase = compute_phase = comm_phase = nullcontext
     print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
     end = time.monotonic() + args.duration
     step = 0
     while time.monotonic() < end:
         t0 = time.monotonic()
-        data.read(args.files_per_step)
-        t1 = time.monotonic()
-        decode()
+        with data_phase():
+            data.read(args.files_per_step)
+            t1 = time.monotonic()
+            decode()
         t2 = time.monotonic()
-        state.mark("busy")
-        synchronize(args.compute_seconds, args.sync)
-        state.mark("idle")
+        with compute_phase():
+            state.mark("busy")
+            synchronize(args.compute_seconds, args.sync)
+            state.mark("idle")
         t3 = time.monotonic()
-        exchange.run()
+        with comm_phase():
+            exchange.run()
         t4 = time.monotonic()
+        if workload is not None:
+            workload.step(args.files_per_step)
         print(json.dumps({"step": step, "read": round(t1 - t0, 4), "decode": round(t2 - t1, 4),
                           "compute": round(t3 - t2, 4), "exchange": round(t4 - t3, 4)}), flush=True)
         step += 1
