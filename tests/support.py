@@ -49,15 +49,21 @@ class ExporterProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def command(self) -> tuple[list[str], dict[str, str], str]:
+        """(argv, environment, working directory) of the exporter process; subclasses that
+        run it differently (under restrictions, say) override only this."""
+        env = dict(os.environ)
+        env.update(self.env)
+        cmd = [sys.executable, "-m", "gpuwait", f"--web.listen-address=127.0.0.1:{self.port}", *self.args]
+        return cmd, env, REPO
+
     def __enter__(self) -> "ExporterProcess":
         import tempfile
 
-        env = dict(os.environ)
-        env.update(self.env)
+        cmd, env, cwd = self.command()
         self._log = tempfile.NamedTemporaryFile(prefix="gpuwait-exporter-", suffix=".log", delete=False)
         self.log_path = self._log.name
-        cmd = [sys.executable, "-m", "gpuwait", f"--web.listen-address=127.0.0.1:{self.port}", *self.args]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

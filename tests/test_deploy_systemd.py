@@ -12,8 +12,6 @@ import site
 import stat
 import subprocess
 import sys
-import tempfile
-import time
 import urllib.request
 
 import pytest
@@ -268,24 +266,10 @@ class RestrictedExporter(ExporterProcess):
         self.syscalls = syscalls
         self.mdwe = mdwe
 
-    def __enter__(self) -> "RestrictedExporter":
+    def command(self) -> tuple[list[str], dict[str, str], str]:
         cmd, env = restricted_command(
             self.syscalls, ["-m", "gpuwait", f"--web.listen-address=127.0.0.1:{self.port}", *self.args], self.mdwe)
-        self._log = tempfile.NamedTemporaryFile(prefix="gpuwait-restricted-", suffix=".log", delete=False)
-        self.log_path = self._log.name
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd="/")
-        deadline = time.monotonic() + self.ready_timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"exporter exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if self.get("/-/ready")[0] == 200:
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"exporter not ready:\n{self.log()}")
+        return cmd, env, "/"
 
 
 def source_health(exp: ExporterProcess) -> dict[str, tuple[float, bool]]:
