@@ -289,6 +289,14 @@ def test_slow_tier_ring_sized_by_slow_interval():
     assert state.ring.capacity == 13
 
 
+def test_source_with_its_own_interval_option_is_read_and_sized_by_it():
+    spec = SourceSpec("ownpace", lambda s: CountingSource(), keep_counter, rate_of_c, interval_option="analysis.interval")
+    sampler = Sampler([collector_of(spec)], settings("--analysis.interval=2s", "--analysis.window=60s"))
+    state = sampler.states["ownpace"]
+    assert state.interval == 2.0
+    assert state.ring.capacity == 31
+
+
 def test_analysis_computes_window_stats_from_samples():
     t0 = time.monotonic() - 5.0
     ticks = iter(range(10_000))

@@ -43,6 +43,10 @@ class SourceSpec:
     rows: Callable[[Reading], Iterable[tuple[float, Mapping[Hashable, float]]]] | None = None
     #: The class of ``Reading.data``, so a recorded trace can be decoded back into it.
     payload: type | None = None
+    #: Name of a duration option giving this source its own sampling interval, for sources
+    #: whose counters need neither the fast tier's rate nor the slow tier's patience (owner
+    #: cgroups, NCCL dump files: once a second). Overrides the tier's interval when set.
+    interval_option: str | None = None
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,10 @@ class Sampler:
             for spec in collector.sources:
                 source = make_source(spec, settings) if make_source else spec.factory(settings)
                 tier = spec.tier or source.tier
-                interval = settings.slow_interval if tier == "slow" else settings.sample_interval
+                if spec.interval_option is not None:
+                    interval = settings[spec.interval_option]
+                else:
+                    interval = settings.slow_interval if tier == "slow" else settings.sample_interval
                 capacity = max(2, int(math.ceil(window / interval)) + 1)
                 ring = ColumnRing(capacity) if (spec.columns or spec.rows) else None
                 self.states[spec.name] = SourceState(spec, source, interval, ring)
