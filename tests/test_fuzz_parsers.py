@@ -1,4 +1,4 @@
-"""Every parser under gpuwait.parsers, fuzzed: whatever text a kernel, a driver or a broken
+"""Every parser under gpuwait.parsers (and each collector's parse module), fuzzed: whatever text a kernel, a driver or a broken
 file hands it, the only exception that may leave a parser is ParseError.
 
 Each parser gets two kinds of input: arbitrary text, and real fixture texts (every
@@ -10,12 +10,14 @@ the profile's default, so a local run stays quick.
 
 from __future__ import annotations
 
+import json
 import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import HOST_TREE, TEXT_FIXTURES
+from gpuwait.collectors.nccl import parse as nccl
 from gpuwait.errors import ParseError
 from gpuwait.parsers import cgroup, diskstats, fields, mountstats, netdev, pressure, procpid, procstat, rdma
 
@@ -27,8 +29,8 @@ def examples(test):
     return settings(max_examples=EXAMPLES)(test) if EXAMPLES else test
 
 
-def fixture_texts(fmt: str) -> list[str]:
-    return [p.read_text() for p in sorted((TEXT_FIXTURES / fmt).glob("*.txt"))]
+def fixture_texts(fmt: str, pattern: str = "*.txt") -> list[str]:
+    return [p.read_text() for p in sorted((TEXT_FIXTURES / fmt).glob(pattern))]
 
 
 SEEDS = {
@@ -39,6 +41,8 @@ SEEDS = {
     "pressure": fixture_texts("pressure"),
     "procpid": fixture_texts("procpid"),
     "procstat": [(HOST_TREE / "proc" / "stat").read_text()],
+    "nccl_json": fixture_texts("nccl", "*.log"),
+    "nccl_prom": fixture_texts("nccl", "*.prom"),
     "rdma": ["ACTIVE\n", "4: ACTIVE\n", "5: LinkUp\n", "400 Gb/sec (4X NDR)\n", "100 Gb/sec (2X HDR)\n",
              "2.5 Gb/sec (1X SDR)\n", "1379815342720\n", "N/A (no PMA)\n", "mlx5_0\n", "ibp25s0\n"],
 }
@@ -170,3 +174,56 @@ def test_counter_tokens(tokens):
         except ParseError:
             continue
         assert 0 <= value < 2**64
+
+
+NCCL_RECORDS = [json.loads(line) for text in SEEDS["nccl_json"] for line in text.splitlines()
+                if line.endswith("}}") and '"v4.0"' in line]
+JSON_JUNK = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=8),
+                      st.sampled_from(["nan", "v4.0", "v5.0", "", "GPU3", "kernel_gpu"]), st.just([]), st.just({}))
+
+
+@st.composite
+def nccl_record(draw) -> str:
+    """A record the plugin could have written, with some of its values (at any depth)
+    replaced, removed, or joined by unknown ones."""
+    record = json.loads(json.dumps(draw(st.sampled_from(NCCL_RECORDS))))
+    for _ in range(draw(st.integers(0, 4))):
+        target = record
+        while target:
+            key = draw(st.sampled_from(sorted(target)))
+            if isinstance(target[key], dict) and target[key] and draw(st.booleans()):
+                target = target[key]
+                continue
+            break
+        action = draw(st.sampled_from(("replace", "remove", "add"))) if target else "add"
+        if action == "replace":
+            target[key] = draw(JSON_JUNK)
+        elif action == "remove":
+            del target[key]
+        else:
+            target[draw(st.text(max_size=12))] = draw(JSON_JUNK)
+    return json.dumps(record)
+
+
+@examples
+@given(st.one_of(nccl_record(), texts("nccl_json")))
+def test_nccl_json_record(text):
+    only_parse_errors(nccl.parse_json_record, text)
+
+
+@examples
+@given(st.one_of(st.binary(), st.lists(st.one_of(nccl_record(), texts("nccl_json"))).map("\n".join).map(str.encode)))
+def test_nccl_json_lines(data):
+    lines = nccl.parse_json_lines(data)  # counts what it cannot read, never raises
+    assert b"\n" not in lines.rest
+    assert len(lines.operations) + lines.malformed + lines.unsupported <= data.count(b"\n")
+
+
+@examples
+@given(texts("nccl_prom"), st.none() | st.floats(0, 2e9))
+def test_nccl_prometheus_text(text, unix):
+    try:
+        samples = nccl.parse_prom_text(text)
+    except ParseError:
+        return
+    nccl.prom_operations(samples, unix)  # counts what it cannot read, never raises

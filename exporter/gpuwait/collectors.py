@@ -3,14 +3,19 @@ is summarised, and how the result maps to metrics. The registry at the bottom li
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from gpuwait.config import COLLECTOR_DEFAULTS, Settings
+from gpuwait.config import COLLECTOR_DEFAULTS, OPTIONS, Settings, register_option
 from gpuwait.reading import Reading
 from gpuwait.ring import WindowView
 from gpuwait.sources.base import Source
+
+#: Collectors that live in a folder of their own (gpuwait/collectors/<name>/) are this
+#: module's subpackages.
+__path__ = [os.path.join(os.path.dirname(__file__), "collectors")]
 
 
 class Sample(NamedTuple):
@@ -88,8 +93,12 @@ def registry() -> tuple[CollectorSpec, ...]:
     from gpuwait.exposition import gpu
     from gpuwait.exposition import workload
     from gpuwait.exposition import verdict
+    from gpuwait.collectors import nccl
 
-    collectors = (cpu.COLLECTOR, pressure.COLLECTOR, diskstats.COLLECTOR, netdev.COLLECTOR, nfs.COLLECTOR, rdma.COLLECTOR, gpu.COLLECTOR, workload.COLLECTOR, verdict.COLLECTOR)
+    for option in nccl.OPTIONS:
+        if all(o.name != option.name for o in OPTIONS):
+            register_option(option)
+    collectors = (cpu.COLLECTOR, pressure.COLLECTOR, diskstats.COLLECTOR, netdev.COLLECTOR, nfs.COLLECTOR, rdma.COLLECTOR, gpu.COLLECTOR, workload.COLLECTOR, nccl.COLLECTOR, verdict.COLLECTOR)
     for collector in collectors:
         COLLECTOR_DEFAULTS.setdefault(collector.name, collector.default_enabled)
     return collectors

@@ -9,6 +9,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 
+from gpuwait.collectors.nccl.payload import NcclData
 from gpuwait.nvml.values import DeviceInfo, GpuProcess, Memory, PcieLink
 from gpuwait.parsers.diskstats import DiskCounters, Diskstats
 from gpuwait.parsers.mountstats import ByteCounters, OpCounters
@@ -346,12 +347,17 @@ class SimulatedNode:
             records.append(OwnedRecord(parse_record(text), OWNER))
         return WorkloadData(tuple(records))
 
+    def nccl(self, t: float) -> NcclData:
+        """The simulated jobs run without NCCL Inspector: an empty dump directory."""
+        return NcclData()
+
     #: source name -> payload builder
     def builders(self) -> dict[str, Callable[[float], object]]:
         return {
             "cpu": self.cpu, "pressure": self.pressure, "diskstats": self.diskstats, "netdev": self.netdev,
             "rdma_traffic": self.rdma_traffic, "rdma": self.rdma, "nfs": self.nfs,
             "gpu": self.gpu, "gpu_device": self.gpu_device, "workload": self.workload,
+            "nccl": self.nccl,
         }
 
     def reading(self, source: str, t: float) -> Reading:
