@@ -14,15 +14,18 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuwait.collectors.nccl.payload import NcclData, NcclRank
 from gpuwait.config import Settings
 from gpuwait.reading import Reading
 from gpuwait.ring import WindowView
-from gpuwait.sources.gpu import GpuDeviceData
-from gpuwait.sources.rdma import RdmaData
 from gpuwait.stats.series import clamp_ratio, mean, total_increase
 from gpuwait.topology import RELATIONS
+
+if TYPE_CHECKING:  # the payloads of other collectors' sources, read here but not built
+    from gpuwait.sources.gpu import GpuDeviceData
+    from gpuwait.sources.rdma import RdmaData
 
 #: (kind, comm, rank, pid, hostname, device_uuid, device): one series of one rank
 Ident = tuple[str, str, int, int, str, str, int | None]
