@@ -52,8 +52,9 @@ OPTIONS = (
            "(gpuwait_nccl_skipped_bytes_total).", "BYTES"),
     Option("collector.nccl.max-ranks", parse_count, 512,
            "Most (communicator, rank, process) entries tracked, and so series per metric.", "COUNT"),
-    # PyTorch aborts a collective that has not finished after 10 minutes (the default timeout
-    # of an NCCL process group): a hang stays visible until the job's own watchdog ends it.
+    # PyTorch aborts a collective that has not finished after 10 minutes, the default timeout
+    # of its NCCL process groups (pytorch/pytorch#110947): a hang stays visible until the
+    # job's own watchdog ends it.
     Option("collector.nccl.stale-after", parse_duration, 900.0,
            "Ranks with no completed operation for this long are dropped, as are those whose dump file is gone.",
            "DURATION"),

@@ -38,9 +38,10 @@ JSON_FORMAT_VERSIONS = frozenset({"v4.0"})
 #: the major is the NCCL profiler plugin API the plugin was built against, not the format.
 PROM_FORMAT_MINORS = frozenset({1})
 COLLECTIVE, P2P = "collective", "p2p"
-#: A verbose record (NCCL_INSPECTOR_DUMP_VERBOSE=1) lists every channel's kernel events; 64
-#: channels of both traces stay far below this, so a longer "line" is not a record.
-MAX_LINE_BYTES = 256 * 1024
+#: A verbose record (NCCL_INSPECTOR_DUMP_VERBOSE=1) lists every channel's kernel events, two
+#: objects of about 100 bytes per channel; NCCL's 64 channels (MAXCHANNELS) come to ~13 KB.
+#: A longer "line" is not a record, and holding it would cost memory per file.
+MAX_LINE_BYTES = 64 * 1024
 _MAX_TEXT = 256
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)(?:-\d+(?:\.\d+)?)?(B|KB|MB|GB|TB)")
@@ -50,6 +51,8 @@ _VERSION = re.compile(r"v(\d{1,4})\.(\d{1,4})")
 _PROM_LINE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]*(\{.*\})?[ \t]*([^ \t]+)(?:[ \t]+(-?\d{1,20}))?")
 _PROM_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(,|$)')
 _PROM_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+#: json.loads without its per-call detection of the text's encoding: dump files are UTF-8
+_DECODE = json.JSONDecoder().decode
 
 
 class UnsupportedFormat(ParseError):
@@ -57,7 +60,7 @@ class UnsupportedFormat(ParseError):
     may mean something else, so it is counted and skipped rather than read."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs a setattr call per field
 class Operation:
     """One completed NCCL operation (JSON mode), or one bucket or latest-collective sample set
     of a Prometheus file, which stands for operations whose count the file does not give."""
@@ -124,7 +127,7 @@ def parse_json_record(line: bytes | str) -> Operation:
     if len(line) > MAX_LINE_BYTES:
         raise ParseError(f"line of {len(line)} bytes is not a record")
     try:
-        obj = json.loads(line)
+        obj = _DECODE(line.decode("utf-8") if isinstance(line, bytes) else line)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise ParseError(f"not JSON: {e}") from None
     if not isinstance(obj, dict):
