@@ -275,3 +275,19 @@ def test_lines_that_are_not_records_are_counted_and_the_rest_read(tmp_path):
     assert reading.data.malformed_total == 2 and reading.data.unsupported_total == 1
     (rank,) = reading.data.ranks
     assert rank.collectives == 2 and rank.last_seq == 20
+
+
+def test_files_found_at_start_share_the_budget_without_counting_their_history_as_skipped(tmp_path):
+    for pid in (1, 2, 3):
+        (tmp_path / f"n-pid{pid}.log").write_text(lines(0, 500, pid=pid))
+    src = source(tmp_path, max_bytes_per_read=64 * 1024)
+    first = src.read().data
+    assert first.skipped_bytes == 0 and first.malformed == 0
+    assert first.bytes_read <= 64 * 1024
+    assert {r.pid: r.last_seq for r in first.ranks} == {1: 499, 2: 499, 3: 499}
+    for pid in (1, 2, 3):
+        with open(tmp_path / f"n-pid{pid}.log", "a") as f:
+            f.write(lines(500, 200, pid=pid))
+    later = src.read().data
+    assert later.skipped_bytes > 0  # now they are behind, and it counts
+    assert {r.pid: r.last_seq for r in later.ranks} == {1: 699, 2: 699, 3: 699}

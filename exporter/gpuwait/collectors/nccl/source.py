@@ -54,9 +54,9 @@ class _Tail:
     rest: bytes = b""
     #: drop everything up to the next newline first (after a skip, or an overlong line)
     resync: bool = False
-    #: whether what is dropped then counts as skipped (not for the history before a file's
-    #: first read, which was never due)
-    count_resync: bool = True
+    #: whether bytes passed over count as skipped: not before the file's first read, whose
+    #: history was never due
+    counting: bool = True
 
 
 @dataclass
@@ -263,7 +263,7 @@ class NcclSource(Source):
                     tail = _Tail(f.st.st_size)
                 else:
                     start = max(0, f.st.st_size - self.max_bytes)
-                    tail = _Tail(start, resync=start > 0, count_resync=False)
+                    tail = _Tail(start, resync=start > 0, counting=False)
                 self._tails[f.ident] = tail
             elif f.st.st_size < tail.offset:
                 tail.offset, tail.rest, tail.resync = 0, b"", False
@@ -275,13 +275,16 @@ class NcclSource(Source):
             share = budget // (len(pending) - n)
             used = self._read_tail(f, tail, backlog, share, t, wall, counts)
             budget -= used
+        for f in files:
+            self._tails[f.ident].counting = True
 
     def _read_tail(self, f: _Found, tail: _Tail, backlog: int, share: int, t: float, wall: float,
                    counts: _Pass) -> int:
         if backlog > share:
             skip_to = f.st.st_size - share
-            counts.skipped += skip_to - tail.offset + len(tail.rest)
-            tail.offset, tail.rest, tail.resync, tail.count_resync = skip_to, b"", True, True
+            if tail.counting:
+                counts.skipped += skip_to - tail.offset + len(tail.rest)
+            tail.offset, tail.rest, tail.resync = skip_to, b"", True
         try:
             with open(f.path, "rb") as handle:
                 st = os.fstat(handle.fileno())
@@ -302,13 +305,12 @@ class NcclSource(Source):
         chunk = tail.rest + data
         if tail.resync:
             newline = chunk.find(b"\n")
-            dropped = len(chunk) if newline < 0 else newline + 1
-            if tail.count_resync:
-                counts.skipped += dropped
+            if tail.counting:
+                counts.skipped += len(chunk) if newline < 0 else newline + 1
             if newline < 0:
                 tail.rest = b""
                 return len(data)
-            chunk, tail.resync, tail.count_resync = chunk[newline + 1:], False, True
+            chunk, tail.resync = chunk[newline + 1:], False
         lines = parse_json_lines(chunk)
         counts.malformed += lines.malformed
         counts.unsupported += lines.unsupported
