@@ -32,8 +32,8 @@ sys.path.insert(0, str(REPO / "exporter"))
 
 from gpuwait.collectors import AnalysisInputs, registry  # noqa: E402
 from gpuwait.config import resolve  # noqa: E402
-from gpuwait.errors import SourceError  # noqa: E402
-from gpuwait.ring import ColumnRing  # noqa: E402
+from gpuwait.core.errors import SourceError  # noqa: E402
+from gpuwait.core.ring import ColumnRing  # noqa: E402
 
 FIXTURE_TREE = REPO / "tests" / "fixtures" / "host"
 

@@ -18,8 +18,8 @@ import subprocess
 import sys
 import time
 
-from gpuwait.collectors import registry
-from gpuwait.config import resolve
+
+from gpuwait.core.registry import resolve
 from gpuwait.simulate.model import SCENARIOS, Topology
 from gpuwait.simulate.run import run_virtual
 
@@ -79,7 +79,7 @@ def main() -> None:
         sampler.analyse_once(now=end)
         passes.append(time.perf_counter() - t0)
     # The verdict alone, from the same inputs the pass hands it.
-    from gpuwait.collectors import AnalysisInputs
+    
 
     views = {n: s.ring.view(since=end - settings.analysis_window) for n, s in sampler.states.items() if s.ring is not None}
     inputs = AnalysisInputs(views, {n: s.stats for n, s in sampler.states.items()}, {n: s.latest for n, s in sampler.states.items() if s.latest}, end)
