@@ -12,7 +12,7 @@ import pytest
 
 from gpuwait.core.plugin import CollectorSpec, SourceSpec
 from gpuwait.core.registry import resolve
-from gpuwait.core.errors import SourceError
+from gpuwait.core.errors import NoData, SourceError
 from gpuwait.core.reading import Reading
 from gpuwait.core.ring import WindowView
 from gpuwait.core.sampler import Sampler
@@ -218,6 +218,52 @@ def test_each_cause_logged_once_then_recovery_once(caplog):
     sampler.sample_once(state)
     sampler.sample_once(state)
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
+
+
+def test_no_data_keeps_the_source_up_uncounted_and_logged_once(caplog):
+    src = ScriptedSource()
+    sampler = sampler_with({"s": src})
+    state = sampler.states["s"]
+    caplog.set_level(logging.DEBUG, logger="gpuwait.sampler")
+    src.outcome = NoData("unavailable:/proc/pressure", "no PSI in this kernel")
+    for _ in range(10):
+        sampler.sample_once(state)
+    assert state.up and state.no_data
+    assert state.errors == 0 and state.reads == 10
+    assert state.latest is None and len(state.ring) == 0
+    notes = [r for r in caplog.records if "no data" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].levelno == logging.INFO
+    assert "unavailable:/proc/pressure" in notes[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_feature_that_appears_later_is_picked_up_and_one_that_goes_takes_its_series(caplog):
+    src = ScriptedSource()
+    sampler = sampler_with({"s": src})
+    state = sampler.states["s"]
+    caplog.set_level(logging.INFO, logger="gpuwait.sampler")
+    src.outcome = NoData("unavailable:/sys/class/infiniband")
+    sampler.sample_once(state)
+    src.outcome = {"c": 5.0}  # the module was loaded
+    sampler.sample_once(state)
+    assert state.up and not state.no_data and state.latest.data == {"c": 5.0}
+    assert [r.getMessage() for r in caplog.records if "data again" in r.getMessage()] == ["source s has data again"]
+    src.outcome = NoData("unavailable:/sys/class/infiniband")  # and unloaded again
+    sampler.sample_once(state)
+    assert state.up and state.no_data and state.latest is None
+    assert len([r for r in caplog.records if "has no data" in r.getMessage()]) == 2
+    assert state.errors == 0
+
+
+def test_failure_after_no_data_is_a_failure():
+    src = ScriptedSource()
+    sampler = sampler_with({"s": src})
+    state = sampler.states["s"]
+    src.outcome = NoData("unavailable:/proc/pressure")
+    sampler.sample_once(state)
+    src.outcome = SourceError("permission:/proc/pressure/io", "denied")
+    sampler.sample_once(state)
+    assert not state.up and not state.no_data and state.errors == 1
 
 
 def test_distinct_causes_logged_separately(caplog):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from conftest import HOST_TREE, TEXT_FIXTURES, text_fixture
 from fuzz import examples, only_parse_errors, texts
 from gpuwait.core.config import Settings
-from gpuwait.core.errors import ParseError, SourceError
+from gpuwait.core.errors import NoData, ParseError, SourceError
 from gpuwait.collectors.nfs.parse import Transport, parse_mountstats, split_devices, unescape
 from gpuwait.collectors.nfs.payload import ByteCounters, OpCounters
 from gpuwait.core.ring import ColumnRing, WindowView
@@ -527,6 +527,25 @@ def test_source_missing_file_is_a_source_error(tmp_path):
     with pytest.raises(SourceError) as e:
         source.read()
     assert e.value.cause == f"missing:{tmp_path}/proc/self/mountstats"
+
+
+def test_source_without_nfs_mounts_has_no_data(tmp_path):
+    # A host whose mount table holds no NFS mount: the file is there, the kernel has nothing
+    # to report for this collector. Not a failure, so no alert fires on a node without NFS.
+    proc = copy_host_proc(tmp_path)
+    (proc / "self" / "mountstats").write_text(
+        "device proc mounted on /proc with fstype proc\n"
+        "device /dev/nvme0n1p2 mounted on / with fstype ext4\n"
+        "device tmpfs mounted on /run with fstype tmpfs\n")
+    source = NfsSource(HostPaths(str(proc), "/sys"))
+    with pytest.raises(NoData) as e:
+        source.read()
+    assert e.value.cause == f"unavailable:{proc}/self/mountstats"
+    (proc / "self" / "mountstats").write_text("")
+    with pytest.raises(NoData):
+        source.read()
+    shutil.copy(HOST_TREE / "proc" / "self" / "mountstats", proc / "self" / "mountstats")  # mounted later
+    assert list(source.read().data.mounts) == ["/mnt/datasets"]
 
 
 def test_source_file_that_is_not_mountstats_is_a_source_error(tmp_path):
