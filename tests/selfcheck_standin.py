@@ -24,7 +24,7 @@ import zlib
 
 import yaml
 
-from gpuwait.selfcheck.workload import Counters, Stop, build_parser, emit
+from gpuwait.selfcheck.workload import Counters, Stop, build_parser, emit, pause_after
 
 UUID = "GPU-5e1fc4ec-0000-4c2b-9d3f-000000000000"
 NAME = "NVIDIA H100 80GB HBM3"
@@ -56,7 +56,7 @@ def write_machine() -> None:
 
 def decode_for(seconds: float) -> None:
     """Real CPU work: inflating compressed data until ``seconds`` of this thread's CPU."""
-    blob = zlib.compress(bytes(range(256)) * 4096)
+    blob = zlib.compress(bytes(range(256)) * 64)  # small pieces: the budget is kept to a fraction of a ms
     end = time.thread_time() + seconds
     while time.thread_time() < end:
         zlib.decompress(blob)
@@ -105,30 +105,31 @@ def run(args, counters: Counters) -> None:
     if phase == "pageable_copy":
         source = bytearray(os.urandom(1 << 20)) * 64
         gpu("idle")
-        ready({"copy_bytes": len(source)})
+        ready({"copy_bytes": len(source), "copy_seconds": args.copy_seconds})
         while True:
             t = time.perf_counter()
-            bytes(source)  # the host side of a copy from pageable memory: the thread copies
+            copied = 0
+            while time.perf_counter() - t < args.copy_seconds:
+                bytes(source)  # the host side of a copy from pageable memory: the thread copies
+                copied += len(source)
             copy = time.perf_counter() - t
             counters.add("copy_seconds", copy)
-            counters.add("copied_bytes", len(source))
+            counters.add("copied_bytes", copied)
             gpu("busy")
             time.sleep(args.compute_per_copy * copy)
             gpu("idle")
             counters.flush()
     if phase == "tiny_kernels":
-        launch = 0.0025
-        period = launch / args.launch_duty
+        launch = 0.005
         gpu("idle")  # kernels this small leave the SMs idle
-        ready({"launch_seconds": launch, "period_seconds": period})
+        ready({"launch_seconds": launch, "launch_duty": args.launch_duty})
         while True:
             t = time.perf_counter()
             decode_for(launch)
-            counters.add("launch_seconds", time.perf_counter() - t)
+            launched = time.perf_counter() - t
+            counters.add("launch_seconds", launched)
             counters.add("kernels", 64)
-            rest = t + period - time.perf_counter()
-            if rest > 0:
-                time.sleep(rest)
+            time.sleep(pause_after(launched, args.launch_duty))
             counters.flush()
     if phase == "idle_context":
         gpu("idle")

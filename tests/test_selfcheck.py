@@ -110,16 +110,32 @@ def test_pytorch_without_cuda_is_a_setup_error(tmp_path):
     assert events == [{"event": "error", "error": "PyTorch 2.13.0+cpu sees no CUDA GPU (it is built without CUDA)"}]
 
 
+def test_the_gpu_uuid_is_written_as_nvml_writes_it():
+    class Raw:
+        def __init__(self, text="", data=None):
+            self.text, self.bytes = text, data
+
+        def __str__(self):
+            return self.text
+
+    want = "GPU-5e4a1c90-0001-4a8e-9c3f-00000000000a"
+    assert workload.gpu_uuid("5E4A1C90-0001-4A8E-9C3F-00000000000A") == want
+    assert workload.gpu_uuid(Raw(want)) == want
+    assert workload.gpu_uuid(Raw("<_CUuuid object>", bytes.fromhex("5e4a1c9000014a8e9c3f00000000000a"))) == want
+    assert workload.gpu_uuid("MIG-5e4a1c90-0001-4a8e-9c3f-00000000000a").startswith("MIG-5e4a1c90")
+    assert workload.gpu_uuid(Raw("<_CUuuid object>")) is None and workload.gpu_uuid(None) is None
+
+
 def test_sizing_follows_the_measured_costs():
     decode = workload.size_decode_pipeline(0.005, 0.2, 0.25)
     assert decode.batch == 40 and decode.step_seconds == pytest.approx(0.05)
     assert workload.size_decode_pipeline(0.5, 0.2, 0.25).batch == 1  # a sample dearer than a batch
-    reads = workload.size_read_pipeline(1e-4, 0.1, 8, 0.25, 10**6)
-    assert reads.batch == 1000 and reads.step_seconds == pytest.approx(0.25 * 0.1 / 8)
-    assert workload.size_read_pipeline(0.05, 0.1, 8, 0.25, 10**6).batch == 16  # slow device: at least 16 records
-    assert workload.size_read_pipeline(1e-6, 0.1, 8, 0.25, 500).batch == 500  # never more records than the file
+    reads = workload.size_read_pipeline(1e-4, 1.0, 4, 0.25, 65536)
+    assert reads.batch == 40000 and reads.step_seconds == pytest.approx(0.25)
+    assert workload.size_read_pipeline(0.5, 1.0, 4, 0.25, 65536).batch == 64  # slow device: 16 records a reader
+    assert workload.size_read_pipeline(1e-6, 1.0, 4, 0.25, 500).batch == 500  # never more than the buffer holds
     assert workload.matmul_count(0.05, 2e-4) == 250 and workload.matmul_count(1e-5, 2e-4) == 1
-    assert workload.pacing_period(0.002, 0.25) == pytest.approx(0.008)
+    assert workload.pause_after(0.002, 0.25) == pytest.approx(0.006)
     for bad in (lambda: workload.size_decode_pipeline(0.0, 0.2, 0.25), lambda: workload.matmul_count(0.05, 0.0),
                 lambda: workload.size_read_pipeline(0.0, 0.1, 8, 0.25, 100)):
         with pytest.raises(workload.SetupError, match="cannot size"):
@@ -140,12 +156,21 @@ def test_the_data_file_written_is_what_was_asked(tmp_path):
     path = tmp_path / "records.data"
     workload.write_data_file(str(path), 1 << 20)
     assert path.stat().st_size == 1 << 20
-    records = workload.RandomRecords(str(path), 4096, 4, 256, workload.supports_direct(str(path), 4096))
+    import mmap
     import random
 
-    got = records.read(random.Random(3))
-    offset = random.Random(3).randrange(256) * 4096
-    assert got == path.read_bytes()[offset:offset + 4096]
+    reader = workload.RandomRecords(str(path), 4096, 256, workload.supports_direct(str(path), 4096), readers=3)
+    buffer = mmap.mmap(-1, 7 * 4096)
+    for future in reader.start(buffer, 7, seed=5):
+        future.result()
+    content = path.read_bytes()
+    expected = b""
+    for first in (0, 3, 6):  # three readers, ceil(7 / 3) = 3 records each
+        rng = random.Random(5 * 1000 + first)
+        for _ in range(first, min(7, first + 3)):
+            offset = rng.randrange(256) * 4096
+            expected += content[offset:offset + 4096]
+    assert buffer[:] == expected
 
 
 MOUNTINFO = """\

@@ -40,10 +40,10 @@ PHASES: tuple[Phase, ...] = (
     Phase("cpu_quota", "the same pipeline with enough workers, in a cgroup whose cpu.max allows one core",
           "data_pipeline", ("data_pipeline",), _GPU + ("saturated_cores", "owner_cores", "cpu_pressure"),
           ("data_wait_seconds", "batches"), cpu_quota=True),
-    Phase("pageable_copy", "large host-to-device copies from pageable memory, then a short GPU step",
+    Phase("pageable_copy", "a large batch copied to the GPU from pageable memory, then a short GPU step",
           "host_transfer", ("host_transfer",), _GPU + ("pcie", "saturated_cores", "owner_cores"),
           ("copy_seconds", "copied_bytes")),
-    Phase("random_reads", "DataLoader workers reading small random records past the page cache",
+    Phase("random_reads", "reader threads fetching small random records past the page cache",
           "storage", ("storage",), _GPU + ("io_pressure", "disk"), ("data_wait_seconds", "records")),
     Phase("tiny_kernels", "batch-1 chains of tiny kernels from a paced, unsaturated thread",
           "insufficient_work", ("insufficient_work",), _GPU + ("owner_cores", "saturated_cores", "demand"),
@@ -53,8 +53,8 @@ PHASES: tuple[Phase, ...] = (
 )
 BY_NAME = {p.name: p for p in PHASES}
 
-#: The exporter's production window is 60 s; see window_is_sound for why the self-check may
-#: run shorter.
+#: The exporter's own default window is 60 s; docs/selfcheck.md ("Why the window can be 20 s
+#: here") argues why the self-check's stationary phases may be judged over a shorter one.
 DEFAULT_WINDOW = 20.0
 DEFAULT_PHASE_SECONDS = 12.0
 #: The exporter's slow tier (process list, owner CPU time): the window must hold several of

@@ -257,8 +257,10 @@ class Runner:
                 raise ChildError("exporter", f"the exporter cannot talk to the NVIDIA driver (gpuwait_gpu_backend_up 0);"
                                              f" its log {log}:\n{tail(log)}")
             if waited > 20.0:
-                raise ChildError("exporter", f"the exporter does not see the workload's GPU {uuid or self.o.gpu}; it sees:"
-                                             f" {', '.join(readout.known_gpus(metrics)) or 'no GPU'}")
+                mig = (" (a MIG instance: NVML gives no utilization under MIG, so there is no verdict to check;"
+                       " run the check on a whole GPU)") if (uuid or "").startswith("MIG-") else ""
+                raise ChildError("exporter", f"the exporter does not see the workload's GPU {uuid or self.o.gpu}{mig};"
+                                             f" it sees: {', '.join(readout.known_gpus(metrics)) or 'no GPU'}")
             time.sleep(0.5)
 
     @staticmethod

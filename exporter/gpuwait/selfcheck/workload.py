@@ -28,10 +28,12 @@ import math
 import mmap
 import os
 import random
+import re
 import signal
 import statistics
 import sys
 import time
+import uuid
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,11 +47,14 @@ STEP_MATMUL = 4096
 COMPUTE_GROUP_SECONDS = 0.05
 #: Filesystems that keep file data in memory only: a read never reaches a device.
 MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "devtmpfs", "hugetlbfs", "rootfs"})
-#: The image a decode record holds (channels, height, width) and the crop the augmentation
-#: takes from it, as an ImageNet-style pipeline does.
-IMAGE = (3, 256, 256)
+#: The image a decode record holds (channels, height, width) and the size the augmentation
+#: resizes a random crop of it to, as an ImageNet-style pipeline does.
+IMAGE = (3, 512, 512)
 CROP = 224
-DECODE_RECORDS = 32
+DECODE_RECORDS = 16
+#: Records of random_reads above which one batch is not sized (256 MiB of 4 KiB records):
+#: two batches are held in host memory at a time.
+MAX_BATCH_BYTES = 256 << 20
 
 
 class SetupError(Exception):
@@ -119,23 +124,26 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one phase until SIGTERM")
     run.add_argument("phase", choices=PHASES)
     run.add_argument("--counters", required=True, metavar="FILE", help="where the cumulative counters are written")
-    run.add_argument("--batch-seconds", type=_positive, default=0.2, metavar="S",
+    run.add_argument("--batch-seconds", type=_positive, default=1.0, metavar="S",
                      help="few_workers, cpu_quota: CPU time one batch's decoding and augmentation costs one core")
     run.add_argument("--step-share", type=_fraction, default=0.25, metavar="F",
                      help="few_workers, cpu_quota, random_reads: the GPU step's length as a share of the time"
                           " between two batches the pipeline can deliver")
     run.add_argument("--workers", type=_count, default=1, metavar="N", help="few_workers, cpu_quota: DataLoader workers")
     run.add_argument("--copy-bytes", type=_bytes, default=256 << 20, metavar="SIZE",
-                     help="pageable_copy: bytes copied to the GPU each step")
+                     help="pageable_copy: bytes of one copy to the GPU")
+    run.add_argument("--copy-seconds", type=_positive, default=0.8, metavar="S",
+                     help="pageable_copy: how long the copies of one step take (one batch copied in pieces of --copy-bytes)")
     run.add_argument("--compute-per-copy", type=_fraction, default=0.2, metavar="F",
                      help="pageable_copy: the GPU step's length as a share of the copy's")
     run.add_argument("--data-file", metavar="FILE", help="random_reads: the file to create and read (removed at exit)")
     run.add_argument("--file-bytes", type=_bytes, default=512 << 20, metavar="SIZE", help="random_reads: size of that file")
     run.add_argument("--record-bytes", type=_bytes, default=4096, metavar="SIZE",
                      help="random_reads: one record (a multiple of 4096, the alignment O_DIRECT needs)")
-    run.add_argument("--readers", type=_count, default=8, metavar="N", help="random_reads: DataLoader workers reading")
-    run.add_argument("--batch-read-seconds", type=_positive, default=0.1, metavar="S",
-                     help="random_reads: how long one reader takes to read one batch")
+    run.add_argument("--readers", type=_count, default=4, metavar="N",
+                     help="random_reads: threads reading at once (the queue of reads the device holds)")
+    run.add_argument("--batch-read-seconds", type=_positive, default=1.0, metavar="S",
+                     help="random_reads: how long the readers take to read one batch")
     run.add_argument("--layers", type=_count, default=32, metavar="N", help="tiny_kernels: layers of the batch-1 network")
     run.add_argument("--width", type=_count, default=256, metavar="N", help="tiny_kernels: width of each layer")
     run.add_argument("--launch-duty", type=_fraction, default=0.25, metavar="F",
@@ -178,13 +186,13 @@ def size_decode_pipeline(sample_cpu_seconds: float, batch_seconds: float, step_s
 
 
 def size_read_pipeline(read_seconds: float, batch_read_seconds: float, readers: int, step_share: float,
-                       file_records: int) -> PipelineSize:
-    """One reader reads a batch in ``batch_read_seconds``; ``readers`` of them deliver at most
-    ``readers`` batches in that time (if the device scales with the queue; less if not), and
-    the GPU step takes ``step_share`` of that interval."""
+                       max_records: int) -> PipelineSize:
+    """``readers`` reading at once, each record taking ``read_seconds`` (measured alone), read
+    a batch of this size in ``batch_read_seconds`` if the device serves a queue as fast as one
+    read (longer if it does not); the GPU step takes ``step_share`` of that."""
     if not read_seconds > 0:
         raise SetupError(f"one record read measured {read_seconds} s; cannot size the batch")
-    batch = min(file_records, max(16, math.ceil(batch_read_seconds / read_seconds)))
+    batch = min(max_records, max(16 * readers, math.ceil(readers * batch_read_seconds / read_seconds)))
     return PipelineSize(batch, step_share * batch * read_seconds / readers)
 
 
@@ -194,10 +202,10 @@ def matmul_count(step_seconds: float, matmul_seconds: float) -> int:
     return max(1, round(step_seconds / matmul_seconds))
 
 
-def pacing_period(launch_seconds: float, duty: float) -> float:
-    """The period at which a thread that launches for ``launch_seconds`` is busy ``duty`` of
-    its time."""
-    return launch_seconds / duty
+def pause_after(launch_seconds: float, duty: float) -> float:
+    """How long a thread that just launched for ``launch_seconds`` sleeps to be busy ``duty``
+    of its time, however long the launch took (a busy host stretches it)."""
+    return launch_seconds * (1.0 - duty) / duty
 
 
 def filesystem_of(path: str, mountinfo: str) -> tuple[str, str]:
@@ -268,17 +276,29 @@ def _cuda(torch):
     return torch.device("cuda", 0)
 
 
-def _uuid(props) -> str | None:
-    raw = getattr(props, "uuid", None)
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
+
+
+def gpu_uuid(raw) -> str | None:
+    """The device's UUID as NVML writes it (``GPU-`` and the dashed hex), from what PyTorch's
+    device properties give (an object whose text is the UUID, with or without the prefix, or
+    whose ``bytes`` are its 16 bytes); None when neither is there."""
     if raw is None:
         return None
     text = str(raw)
-    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+    found = _UUID.search(text)
+    if found is not None:
+        return ("MIG-" if text.startswith("MIG-") else "GPU-") + found.group(0).lower()
+    data = getattr(raw, "bytes", None)
+    try:
+        return f"GPU-{uuid.UUID(bytes=bytes(data))}" if data is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def describe_gpu(torch) -> dict:
     props = torch.cuda.get_device_properties(0)
-    return {"device": props.name, "uuid": _uuid(props), "torch": torch.__version__, "cuda": torch.version.cuda,
+    return {"device": props.name, "uuid": gpu_uuid(getattr(props, "uuid", None)), "torch": torch.__version__, "cuda": torch.version.cuda,
             "capability": list(torch.cuda.get_device_capability(0)), "memory_bytes": int(props.total_memory)}
 
 
@@ -370,7 +390,8 @@ def _pipeline_loop(loader_iter, step: GpuStep, device, counters: Counters, amoun
 
 class DecodeDataset:
     """Compressed images decoded and augmented on the CPU, as an image pipeline does: zlib
-    inflate, random crop, flip, float conversion, normalisation and a 3x3 blur."""
+    inflate, a random crop of 35-100% of the area resized to 224x224, a flip, brightness and
+    contrast jitter, a 5x5 blur, and back to bytes (the GPU normalises)."""
 
     def __init__(self, records: list[bytes]) -> None:
         self.records = records
@@ -380,18 +401,25 @@ class DecodeDataset:
 
     def __getitem__(self, index: int):
         import torch
+        import torch.nn.functional as F
 
         rng = random.Random(index)
         raw = zlib.decompress(self.records[index % len(self.records)])
         image = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(*IMAGE)
-        top, left = rng.randrange(IMAGE[1] - CROP + 1), rng.randrange(IMAGE[2] - CROP + 1)
-        x = image[:, top:top + CROP, left:left + CROP]
+        _, h, w = IMAGE
+        side = math.sqrt(rng.uniform(0.35, 1.0))
+        ch, cw = int(h * side), int(w * side)
+        top, left = rng.randrange(h - ch + 1), rng.randrange(w - cw + 1)
+        x = image[:, top:top + ch, left:left + cw].unsqueeze(0).float()
+        x = F.interpolate(x, size=(CROP, CROP), mode="bilinear", align_corners=False)
         if rng.random() < 0.5:
-            x = x.flip(2)
-        x = x.float().div_(255.0)
-        x = (x - x.mean(dim=(1, 2), keepdim=True)) / (x.std(dim=(1, 2), keepdim=True) + 1e-6)
-        kernel = torch.full((IMAGE[0], 1, 3, 3), 1.0 / 9.0)
-        return torch.nn.functional.conv2d(x.unsqueeze(0), kernel, padding=1, groups=IMAGE[0]).squeeze(0)
+            x = x.flip(3)
+        mean = x.mean()
+        x = (x - mean) * rng.uniform(0.8, 1.2) + mean * rng.uniform(0.8, 1.2)
+        g = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0])
+        kernel = (g[:, None] * g[None, :] / 256.0).expand(IMAGE[0], 1, 5, 5)
+        x = F.conv2d(x, kernel, padding=2, groups=IMAGE[0])
+        return x.clamp_(0, 255).to(torch.uint8).squeeze(0)
 
 
 def make_decode_records(torch, count: int = DECODE_RECORDS) -> list[bytes]:
@@ -408,7 +436,7 @@ def make_decode_records(torch, count: int = DECODE_RECORDS) -> list[bytes]:
     return records
 
 
-def decode_sample_seconds(torch, dataset: DecodeDataset, samples: int = 12) -> float:
+def decode_sample_seconds(torch, dataset: DecodeDataset, samples: int = 8) -> float:
     """CPU seconds one sample costs one thread, as in a DataLoader worker (one intra-op
     thread, torch.utils.data's worker setting)."""
     threads = torch.get_num_threads()
@@ -481,19 +509,22 @@ def run_pageable_copy(torch, args, counters: Counters) -> None:
         t = time.perf_counter()
         target.copy_(source)
         copies.append(time.perf_counter() - t)
-    copy_seconds = statistics.median(copies[1:])
-    step = GpuStep(torch, device, args.compute_per_copy * copy_seconds)
-    ready(torch, {"copy_bytes": args.copy_bytes, "copy_seconds": copy_seconds,
-                  "copy_bytes_per_second": args.copy_bytes / copy_seconds, "step_seconds": step.seconds,
+    one_copy = statistics.median(copies[1:])
+    # One batch is copied in pieces, as a large batch is, for --copy-seconds.
+    pieces = max(1, round(args.copy_seconds / one_copy))
+    step = GpuStep(torch, device, args.compute_per_copy * pieces * one_copy)
+    ready(torch, {"copy_bytes": args.copy_bytes, "pieces": pieces, "copy_seconds": pieces * one_copy,
+                  "copy_bytes_per_second": args.copy_bytes / one_copy, "step_seconds": step.seconds,
                   "step_matmuls": step.count, "pinned": bool(source.is_pinned())})
     while True:
         t = time.perf_counter()
-        # From pageable memory the driver stages the data through pinned buffers and the call
-        # returns once it is staged (CUDA runtime API, "API synchronization behavior"), so
-        # this line is the transfer, and nothing else runs on the GPU meanwhile.
-        target.copy_(source)
+        for _ in range(pieces):
+            # From pageable memory the driver stages the data through pinned buffers and the
+            # call returns once it is staged (CUDA runtime API, "API synchronization behavior"),
+            # so these calls are the transfer, and nothing else runs on the GPU meanwhile.
+            target.copy_(source)
         counters.add("copy_seconds", time.perf_counter() - t)
-        counters.add("copied_bytes", args.copy_bytes)
+        counters.add("copied_bytes", pieces * args.copy_bytes)
         counters.add("steps", 1)
         step.launch(target[:STEP_MATMUL])
         # Wait (sleeping) for this step before the next copy: a copy from pageable memory first
@@ -505,41 +536,36 @@ def run_pageable_copy(torch, args, counters: Counters) -> None:
 
 
 class RandomRecords:
-    """Batches of records at random offsets of a file, read one by one with the page cache
-    bypassed (O_DIRECT) or dropped after each read (posix_fadvise DONTNEED)."""
+    """Records at random offsets of a file, read with the page cache bypassed (O_DIRECT) or
+    dropped after each read (posix_fadvise DONTNEED), into a page-aligned buffer (what
+    O_DIRECT needs), by ``readers`` threads at once: os.preadv releases the GIL, so the
+    device holds ``readers`` reads in its queue."""
 
-    def __init__(self, path: str, record_bytes: int, batch: int, records: int, direct: bool) -> None:
-        self.path, self.record_bytes, self.batch, self.records, self.direct = path, record_bytes, batch, records, direct
-        self._fd = self._pid = None
-        self._buffer = None
+    def __init__(self, path: str, record_bytes: int, records: int, direct: bool, readers: int = 1) -> None:
+        self.path, self.record_bytes, self.records, self.direct = path, record_bytes, records, direct
+        self.readers = readers
+        self.fd = open_records(path, direct)
+        self._pool = None
 
-    def __len__(self) -> int:
-        return 1 << 40
+    def read_into(self, buffer, slots: range, rng: random.Random) -> None:
+        view = memoryview(buffer)
+        size = self.record_bytes
+        for j in slots:
+            offset = rng.randrange(self.records) * size
+            if os.preadv(self.fd, [view[j * size:(j + 1) * size]], offset) != size:
+                raise OSError(f"short read at {offset} of {self.path}")
+            if not self.direct:
+                os.posix_fadvise(self.fd, offset, size, os.POSIX_FADV_DONTNEED)
 
-    def _open(self) -> int:
-        if self._pid != os.getpid():  # each worker process opens its own descriptor
-            self._fd = open_records(self.path, self.direct)
-            self._buffer = mmap.mmap(-1, self.record_bytes)  # page-aligned, as O_DIRECT needs
-            self._pid = os.getpid()
-        return self._fd
+    def start(self, buffer, batch: int, seed: int) -> list:
+        """Starts reading ``batch`` records into ``buffer``; the futures finish when it is full."""
+        from concurrent.futures import ThreadPoolExecutor
 
-    def read(self, rng: random.Random) -> bytes:
-        fd = self._open()
-        offset = rng.randrange(self.records) * self.record_bytes
-        if os.preadv(fd, [self._buffer], offset) != self.record_bytes:
-            raise OSError(f"short read at {offset} of {self.path}")
-        if not self.direct:
-            os.posix_fadvise(fd, offset, self.record_bytes, os.POSIX_FADV_DONTNEED)
-        return self._buffer[:]
-
-    def __getitem__(self, index: int):
-        import torch
-
-        rng = random.Random(index)
-        out = bytearray(self.batch * self.record_bytes)
-        for j in range(self.batch):
-            out[j * self.record_bytes:(j + 1) * self.record_bytes] = self.read(rng)
-        return torch.frombuffer(out, dtype=torch.uint8)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.readers, thread_name_prefix="reader")
+        share = math.ceil(batch / self.readers)
+        return [self._pool.submit(self.read_into, buffer, range(i, min(batch, i + share)), random.Random(seed * 1000 + i))
+                for i in range(0, batch, share)]
 
 
 def open_records(path: str, direct: bool) -> int:
@@ -591,8 +617,6 @@ def supports_direct(path: str, record_bytes: int) -> bool:
 
 
 def run_random_reads(torch, args, counters: Counters) -> None:
-    from torch.utils.data import DataLoader
-
     directory = os.path.dirname(os.path.abspath(args.data_file))
     with open("/proc/self/mountinfo") as f:
         point, fstype = filesystem_of(directory, f.read())
@@ -602,26 +626,41 @@ def run_random_reads(torch, args, counters: Counters) -> None:
     write_data_file(args.data_file, args.file_bytes)
     direct = supports_direct(args.data_file, args.record_bytes)
     records = args.file_bytes // args.record_bytes
-    probe_set = RandomRecords(args.data_file, args.record_bytes, 1, records, direct)
+    reader = RandomRecords(args.data_file, args.record_bytes, records, direct, args.readers)
+    probe = mmap.mmap(-1, args.record_bytes)
     rng = random.Random(1)
     latencies = []
     for _ in range(64):
         t = time.perf_counter()
-        probe_set.read(rng)
+        reader.read_into(probe, range(1), rng)
         latencies.append(time.perf_counter() - t)
     read_seconds = statistics.median(latencies)
-    size = size_read_pipeline(read_seconds, args.batch_read_seconds, args.readers, args.step_share, records)
-    dataset = RandomRecords(args.data_file, args.record_bytes, size.batch, records, direct)
-    loader = DataLoader(dataset, batch_size=None, num_workers=args.readers, pin_memory=True, prefetch_factor=2,
-                        multiprocessing_context="fork")
-    batches = iter(loader)
+    size = size_read_pipeline(read_seconds, args.batch_read_seconds, args.readers, args.step_share,
+                              MAX_BATCH_BYTES // args.record_bytes)
+    buffers = [mmap.mmap(-1, size.batch * args.record_bytes) for _ in range(2)]
     device = _cuda(torch)
     step = GpuStep(torch, device, size.step_seconds)
     ready(torch, {"readers": args.readers, "records_per_batch": size.batch, "record_bytes": args.record_bytes,
                   "file_bytes": args.file_bytes, "filesystem": fstype, "mount": point,
                   "cache": "O_DIRECT" if direct else "POSIX_FADV_DONTNEED after each read",
                   "read_seconds": read_seconds, "step_seconds": step.seconds, "step_matmuls": step.count})
-    _pipeline_loop(batches, step, device, counters, "records", size.batch)
+    number = 0
+    pending = reader.start(buffers[0], size.batch, number)
+    while True:
+        t = time.monotonic()
+        for future in pending:
+            future.result()
+        counters.add("data_wait_seconds", time.monotonic() - t)
+        counters.add("batches", 1)
+        counters.add("records", size.batch)
+        batch = torch.frombuffer(buffers[number % 2], dtype=torch.uint8).to(device)
+        number += 1
+        # The next batch is read while the GPU runs this one's step, as a prefetching loader does.
+        pending = reader.start(buffers[number % 2], size.batch, number)
+        busy = step.launch(batch)
+        if busy is not None:
+            counters.add("gpu_busy_seconds", busy)
+        counters.flush()
 
 
 def run_tiny_kernels(torch, args, counters: Counters) -> None:
@@ -646,19 +685,20 @@ def run_tiny_kernels(torch, args, counters: Counters) -> None:
             launches.append(time.perf_counter() - t)
         done.synchronize()
     launch = statistics.median(launches)
-    period = pacing_period(launch, args.launch_duty)
     ready(torch, {"layers": args.layers, "width": args.width, "kernels_per_request": kernels,
-                  "launch_seconds": launch, "period_seconds": period, "launch_duty": args.launch_duty})
+                  "launch_seconds": launch, "period_seconds": launch + pause_after(launch, args.launch_duty),
+                  "launch_duty": args.launch_duty})
     while True:
         t = time.perf_counter()
         request()
         done = _blocking_event(torch)
         done.record()
-        counters.add("launch_seconds", time.perf_counter() - t)
+        launched = time.perf_counter() - t
+        counters.add("launch_seconds", launched)
         counters.add("kernels", kernels)
         counters.add("requests", 1)
         done.synchronize()  # sleeps on the event: cudaEventBlockingSync
-        rest = t + period - time.perf_counter()
+        rest = t + launched + pause_after(launched, args.launch_duty) - time.perf_counter()
         if rest > 0:
             time.sleep(rest)
             counters.add("sleep_seconds", rest)
