@@ -20,7 +20,7 @@ import pytest
 from gpuwait import tool
 from gpuwait.analysis.attribution import CAUSES
 from gpuwait.selfcheck import cgroup, phases, readout, report, runner, workload
-from gpuwait.selfcheck.children import Exporter, child_env, parse_metrics
+from gpuwait.selfcheck.children import Exporter, child_env
 from nvml_support import DOUBLE_DIR
 from support import REPO
 
@@ -61,6 +61,19 @@ def test_every_phase_expects_a_verdict_and_has_a_driver():
     for p in phases.PHASES:
         assert p.expected in p.accepted and set(p.accepted) <= set(CAUSES), p
         assert set(p.evidence) <= set(readout.EVIDENCE), p
+
+
+def test_each_phase_gets_its_driver_options_and_the_exporter_its_window(tmp_path):
+    r = runner.Runner(runner.Options(out=str(tmp_path), window=30, phase_seconds=5))
+    args = {p.name: r.workload_args(p, f"0{i}-{p.name}") for i, p in enumerate(phases.PHASES, 1)}
+    assert args["few_workers"] == ["--workers", "1"]
+    workers = int(args["cpu_quota"][1])
+    assert args["cpu_quota"][0] == "--workers" and 2 <= workers <= runner.QUOTA_WORKERS
+    assert args["random_reads"] == ["--data-file", str(tmp_path / f"05-random_reads.{os.getpid()}.data")]
+    assert not any(args[n] for n in ("compute", "pageable_copy", "tiny_kernels", "idle_context"))
+    assert r.exporter_args("t.gz") == ["--record.file=t.gz", "--analysis.window=30s", "--verdict.interval=3s"]
+    assert r.workload_env["CUDA_VISIBLE_DEVICES"] == "0" and r.workload_env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert r.workload_env["PYTHONPATH"].split(os.pathsep)[0] == EXPORTER_DIR
 
 
 # -- the phase driver without PyTorch ------------------------------------------------------

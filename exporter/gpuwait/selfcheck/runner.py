@@ -172,7 +172,13 @@ class Runner:
                 *self.workload_args(phase, stem)]
         workload = exporter = None
         try:
-            workload = Workload(argv, files["workload_log"], self.workload_env, quota.enter if quota else None)
+            try:
+                workload = Workload(argv, files["workload_log"], self.workload_env, quota.enter if quota else None)
+            except ChildError as e:
+                if quota is None:
+                    raise
+                result.status, result.reason = SKIPPED, f"skipped: the workload could not enter {quota.path}: {e}"
+                return result
             event = workload.next_event(self.o.setup_timeout)
             if event.get("event") == "skip":
                 result.status, result.reason = SKIPPED, f"skipped: {event.get('reason')}"
