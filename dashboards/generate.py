@@ -27,7 +27,7 @@ from grafana_foundation_sdk.models import dashboard as model
 OUT = pathlib.Path(__file__).parent / "json"
 
 #: The verdict's causes, in the order the state timeline encodes them. Kept in step with
-#: gpuwait.analysis.attribution.CAUSES by a test.
+#: gpuwait.core.facts.CAUSES by a test.
 CAUSES = ("none", "data_pipeline", "storage", "host_transfer", "network", "sync", "insufficient_work", "throttled")
 CAUSE_COLORS = {
     "none": "green", "data_pipeline": "orange", "storage": "purple", "host_transfer": "blue",

@@ -11,12 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-#: The verdict vocabulary.
-CAUSES = ("data_pipeline", "storage", "host_transfer", "network", "sync", "insufficient_work", "throttled", "none")
-#: Causes with evidence of their own, in the order an idle sample is tested against them.
-#: Host-side starvation comes first (it is upstream of everything), then the PCIe copy,
-#: then a peer still computing (sync), then the network the collective runs over.
-EVIDENCE_ORDER = ("storage", "data_pipeline", "host_transfer", "sync", "network")
+from gpuwait.core.facts import CAUSES, EVIDENCE_ORDER
 #: Evidence of a pause the job takes on purpose (writing a checkpoint): idle time it explains
 #: is ``none``, not ``insufficient_work``; nothing upstream starved the GPU.
 PAUSE = "checkpoint"

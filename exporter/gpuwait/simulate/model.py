@@ -13,16 +13,12 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-GIB = 1024**3
-#: Usable bytes/s per lane by PCIe generation (line rate less encoding overhead).
-PCIE_LANE_BYTES = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.56e9}
+from gpuwait.core.facts import CLOCK_REASON_BITS, pcie_link_capacity
 
-# Clock-event reason bits (NVML nvmlClocksEventReason*).
-REASON_IDLE = 0x1
-REASON_SW_POWER_CAP = 0x4
-REASON_HW_SLOWDOWN = 0x8
-REASON_SW_THERMAL = 0x20
-REASON_HW_THERMAL = 0x40
+GIB = 1024**3
+# Clock-event reason bits (NVML nvmlClocksEventReason*), as core.facts names them.
+REASON_SW_POWER_CAP = CLOCK_REASON_BITS["sw_power_cap"]
+REASON_HW_THERMAL = CLOCK_REASON_BITS["hw_thermal_slowdown"]
 
 
 @dataclass(frozen=True)
@@ -272,7 +268,7 @@ def _host_transfer(s: Scenario, t: float) -> NodeState:
         if computing:
             compute(g)
         else:
-            capacity = PCIE_LANE_BYTES[g.link_gen] * g.link_width
+            capacity = pcie_link_capacity(g.link_gen, g.link_width)
             g.pcie_rx_bps = 0.85 * capacity
             g.util = 0.02
     return node
@@ -425,7 +421,7 @@ def _pcie_downtrained(s: Scenario, t: float) -> NodeState:
         if slow:
             g.link_gen, g.link_width = 4, 8
         copy_share = copy * 4 if slow else copy
-        capacity = PCIE_LANE_BYTES[g.link_gen] * g.link_width
+        capacity = pcie_link_capacity(g.link_gen, g.link_width)
         if x < copy_share:
             g.pcie_rx_bps = 0.9 * capacity
             g.util = 0.02
@@ -535,6 +531,6 @@ def clamp01(x: float) -> float:
 
 
 def pcie_capacity(g: GpuState) -> float:
-    return PCIE_LANE_BYTES.get(g.link_gen, 0.0) * g.link_width
+    return pcie_link_capacity(g.link_gen, g.link_width) or 0.0
 
 

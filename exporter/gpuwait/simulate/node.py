@@ -9,27 +9,27 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 
+from gpuwait.client import format_record
+from gpuwait.collectors.cpu.payload import CpuData
+from gpuwait.collectors.diskstats.payload import DiskCounters, Diskstats
+from gpuwait.collectors.gpu.payload import GpuDevice, GpuDeviceData, GpuFastData, GpuTick, OwnerState, OwnerUse
+from gpuwait.collectors.netdev.payload import InterfaceCounters, NetDev
 from gpuwait.collectors.nccl.payload import NcclData
-from gpuwait.nvml.values import DeviceInfo, GpuProcess, Memory, PcieLink
-from gpuwait.parsers.diskstats import DiskCounters, Diskstats
-from gpuwait.parsers.mountstats import ByteCounters, OpCounters
-from gpuwait.parsers.netdev import InterfaceCounters, NetDev
-from gpuwait.reading import Reading
-from gpuwait.simulate.model import NodeState, Scenario, noisy
-from gpuwait.sources.cpu import CpuData
-from gpuwait.sources.gpu import GpuDevice, GpuDeviceData, GpuFastData, GpuTick, OwnerState, OwnerUse
-from gpuwait.sources.nfs import METADATA_OPS, NfsData, NfsMountData
-from gpuwait.parsers.workload import parse_record
-from gpuwait.sources.pressure import PressureData
-from gpuwait.sources.workload import OwnedRecord, WorkloadData
-from gpuwait.workload import format_record
-from gpuwait.sources.rdma import (
+from gpuwait.collectors.nfs.payload import ByteCounters, NfsData, NfsMountData, OpCounters
+from gpuwait.collectors.nfs.source import METADATA_OPS
+from gpuwait.collectors.pressure.payload import PressureData
+from gpuwait.collectors.rdma.payload import (
     PortTraffic,
     RdmaData,
     RdmaDeviceData,
     RdmaPortData,
     RdmaTrafficData,
 )
+from gpuwait.collectors.workload.parse import parse_record
+from gpuwait.collectors.workload.payload import OwnedRecord, WorkloadData
+from gpuwait.core.reading import Reading
+from gpuwait.nvml.values import DeviceInfo, GpuProcess, Memory, PcieLink
+from gpuwait.simulate.model import NodeState, Scenario, noisy
 
 #: Longest stretch integrated with one state: short enough that a 100 ms sample sees the
 #: phase edges of a scenario within a few percent.

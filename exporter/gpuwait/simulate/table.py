@@ -7,10 +7,10 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 
-from gpuwait.analysis.attribution import CAUSES
 from gpuwait.analysis.verdict import GpuVerdict, NodeVerdict
-from gpuwait.collectors import registry
-from gpuwait.config import Settings, resolve
+from gpuwait.core.config import Settings
+from gpuwait.core.facts import CAUSES
+from gpuwait.core.registry import registry, resolve
 from gpuwait.simulate.model import SCENARIOS, Scenario
 from gpuwait.simulate.run import run_virtual
 

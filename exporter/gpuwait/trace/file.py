@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from gpuwait import __version__
-from gpuwait.reading import Reading
+from gpuwait.core.reading import Reading
 from gpuwait.trace.codec import DecodeError, from_jsonable, to_jsonable
 
 FORMAT = "gpuwait-trace"
