@@ -24,11 +24,12 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "exporter"))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests"))  # conftest: the fixture paths
+sys.path.insert(0, str(REPO / "tests" / "support"))
 
 from fixture_host import inspector_line  # noqa: E402
 from gpuwait.collectors.nccl.source import NcclSource  # noqa: E402
-from gpuwait.sources.base import HostPaths  # noqa: E402
+from gpuwait.core.source import HostPaths  # noqa: E402
 
 
 def batch(process: int, communicators: int, first: int, count: int, now: float) -> str:

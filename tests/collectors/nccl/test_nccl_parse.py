@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import text_fixture
+from fuzz import SEEDS, examples, only_parse_errors, texts
 from gpuwait.collectors.nccl.parse import (
     COLLECTIVE, P2P, UnsupportedFormat, device_ordinal, message_bytes, parse_json_lines, parse_json_record,
     parse_prom_text, prom_operations,
 )
-from gpuwait.errors import ParseError
+from gpuwait.core.errors import ParseError
 
 
 def fixture_bytes(name: str) -> bytes:
@@ -168,3 +171,62 @@ def test_sizes_and_devices():
     for bad in ("GPU", "GPU-1", "gpu1", "12345"):
         with pytest.raises(ParseError):
             device_ordinal(bad)
+
+
+# -- fuzzed: whatever a writer or a broken file leaves, only ParseError leaves a parser -------
+
+NCCL_RECORDS = [json.loads(line) for text in SEEDS["nccl_json"] for line in text.splitlines()
+                if line.endswith("}}") and '"v4.0"' in line]
+JSON_JUNK = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=8),
+                      st.sampled_from(["nan", "v4.0", "v5.0", "", "GPU3", "kernel_gpu"]), st.just([]), st.just({}))
+
+
+@st.composite
+def nccl_record(draw) -> str:
+    """A record the plugin could have written, with some of its values (at any depth)
+    replaced, removed, or joined by unknown ones."""
+    record = json.loads(json.dumps(draw(st.sampled_from(NCCL_RECORDS))))
+    for _ in range(draw(st.integers(0, 4))):
+        target = record
+        while target:
+            key = draw(st.sampled_from(sorted(target)))
+            if isinstance(target[key], dict) and target[key] and draw(st.booleans()):
+                target = target[key]
+                continue
+            break
+        action = draw(st.sampled_from(("replace", "remove", "add"))) if target else "add"
+        if action == "replace":
+            target[key] = draw(JSON_JUNK)
+        elif action == "remove":
+            del target[key]
+        else:
+            target[draw(st.text(max_size=12))] = draw(JSON_JUNK)
+    return json.dumps(record)
+
+
+def test_the_fuzzed_records_start_from_real_ones():
+    assert len(NCCL_RECORDS) >= 10 and SEEDS["nccl_prom"]
+
+
+@examples
+@given(st.one_of(nccl_record(), texts("nccl_json")))
+def test_json_record_fuzzed(text):
+    only_parse_errors(parse_json_record, text)
+
+
+@examples
+@given(st.one_of(st.binary(), st.lists(st.one_of(nccl_record(), texts("nccl_json"))).map("\n".join).map(str.encode)))
+def test_json_lines_fuzzed(data):
+    lines = parse_json_lines(data)  # counts what it cannot read, never raises
+    assert b"\n" not in lines.rest
+    assert len(lines.operations) + lines.malformed + lines.unsupported <= data.count(b"\n")
+
+
+@examples
+@given(texts("nccl_prom"), st.none() | st.floats(0, 2e9))
+def test_prometheus_text_fuzzed(text, unix):
+    try:
+        samples = parse_prom_text(text)
+    except ParseError:
+        return
+    prom_operations(samples, unix)  # counts what it cannot read, never raises

@@ -12,9 +12,15 @@ import pytest
 
 from conftest import text_fixture
 from fixture_host import inspector_line
+from gpuwait.collectors.nccl import COLLECTOR
 from gpuwait.collectors.nccl.source import NcclSource
-from gpuwait.errors import SourceError
-from gpuwait.sources.base import HostPaths
+from gpuwait.core.errors import ConfigError, NoData, SourceError
+from gpuwait.core.registry import resolve
+from gpuwait.core.source import HostPaths
+from gpuwait.simulate.model import SCENARIOS
+from gpuwait.simulate.node import SimulatedNode
+from gpuwait.simulate.run import run_virtual
+from gpuwait.simulate.table import default_settings
 
 
 class Clocks:
@@ -87,14 +93,34 @@ def in_background(fn, *args) -> threading.Thread:
     return thread
 
 
-def test_no_directory_configured_or_not_there_yet_reads_empty(tmp_path):
-    for dump in ("", tmp_path / "later"):
-        reading = source(dump).read()
-        assert reading.data.ranks == () and reading.data.files == 0 and reading.errors == ()
+def test_no_directory_configured_not_there_yet_or_without_dump_files_is_no_data(tmp_path):
+    with pytest.raises(NoData, match="^unconfigured:collector.nccl.dump-dir"):
+        source("").read()
+    with pytest.raises(NoData, match=f"^unavailable:{tmp_path / 'later'}"):
+        source(tmp_path / "later").read()
+    (tmp_path / "notes.txt").write_text("not a dump file\n")
+    (tmp_path / "job").mkdir()
+    with pytest.raises(NoData, match=f"^unavailable:{tmp_path}"):
+        source(tmp_path).read()
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("")
-    with pytest.raises(SourceError, match="unreadable:"):
+    with pytest.raises(SourceError, match="^unreadable:"):
         source(not_a_dir).read()
+
+
+def test_options_reach_the_source(tmp_path):
+    settings = resolve([f"--collector.nccl.dump-dir={tmp_path}", "--collector.nccl.max-bytes-per-read=512KiB",
+                        "--collector.nccl.max-ranks=7", "--collector.nccl.stale-after=2m", "--analysis.window=30s"])[0]
+    (spec,) = COLLECTOR.sources
+    src = spec.factory(settings)
+    assert (src.dump_dir, src.max_bytes, src.max_ranks, src.stale_after, src.history) == (
+        str(tmp_path), 512 << 10, 7, 120.0, 30.0)
+    assert settings[spec.interval_option] == 1.0
+    for flag, key in (("--collector.nccl.max-bytes-per-read=1KiB", "max-bytes-per-read"),
+                      ("--collector.nccl.max-bytes-per-read=4 parsecs", "max-bytes-per-read"),
+                      ("--collector.nccl.max-ranks=0", "max-ranks")):
+        with pytest.raises(ConfigError, match=f"collector.nccl.{key}"):
+            resolve([flag])
 
 
 def test_appended_rotated_truncated_and_deleted_while_reading(tmp_path):
@@ -131,7 +157,8 @@ def test_appended_rotated_truncated_and_deleted_while_reading(tmp_path):
     # a new process of the same name writes a new file: read from its start
     writer.close()
     os.unlink(tmp_path / "hgx-a17-pid4242.log.1")
-    assert src.read().data.ranks == ()  # the file is gone, and with it its ranks
+    with pytest.raises(NoData):  # the file is gone, and with it its ranks
+        src.read()
     writer = PluginWriter(path, seed=11)
     phase(150)
     assert counted == 150
@@ -141,15 +168,16 @@ def test_appended_rotated_truncated_and_deleted_while_reading(tmp_path):
 def test_directory_that_vanishes_and_comes_back(tmp_path):
     dump = tmp_path / "dump"
     src = source(dump)
-    assert src.read().data.ranks == ()
+    with pytest.raises(NoData):
+        src.read()
     dump.mkdir()
     (dump / "a-pid1.log").write_text(lines(0, 5, pid=1))
     assert totals(src.read()) == {("collective", "0x7f8c496ae9f661", 0, 1): 5}
     for f in dump.iterdir():
         f.unlink()
     dump.rmdir()
-    reading = src.read()
-    assert reading.data.ranks == () and reading.errors == ()
+    with pytest.raises(NoData):
+        src.read()
     dump.mkdir()
     (dump / "a-pid1.log").write_text(lines(0, 3, pid=1))
     assert totals(src.read()) == {("collective", "0x7f8c496ae9f661", 0, 1): 3}
@@ -265,7 +293,8 @@ def test_prometheus_files_rewritten_in_place(tmp_path):
     assert ranks["collective"].bus_bytes == pytest.approx((301.5 * 9498.47 + 512.04 * 98.7) * 1e3)
     # the plugin removes its files when the job ends
     path.unlink()
-    assert src.read().data.ranks == ()
+    with pytest.raises(NoData):
+        src.read()
 
 
 def test_lines_that_are_not_records_are_counted_and_the_rest_read(tmp_path):
@@ -291,3 +320,12 @@ def test_files_found_at_start_share_the_budget_without_counting_their_history_as
     later = src.read().data
     assert later.skipped_bytes > 0  # now they are behind, and it counts
     assert {r.pid: r.last_seq for r in later.ranks} == {1: 699, 2: 699, 3: 699}
+
+
+def test_a_simulated_node_has_no_nccl_data_live_or_in_virtual_time():
+    with pytest.raises(NoData, match="^unconfigured:collector.nccl.dump-dir"):
+        SimulatedNode(SCENARIOS["straggler"], 0.0).reading("nccl", 1.0)
+    sampler = run_virtual(SCENARIOS["straggler"], default_settings(), 3.0)
+    state = sampler.states["nccl"]
+    assert state.up and state.no_data and state.errors == 0 and state.latest is None
+    assert sampler.states["cpu"].latest is not None

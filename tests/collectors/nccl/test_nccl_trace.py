@@ -9,18 +9,17 @@ import time
 import pytest
 
 from fixture_host import inspector_line
-from gpuwait.collectors import registry
-from gpuwait.collectors.nccl import COLLECTOR as NCCL
-from gpuwait.collectors.nccl.payload import NcclData
 from gpuwait.cli import payload_types
-from gpuwait.config import resolve
-from gpuwait.sampler import Sampler
+from gpuwait.collectors.nccl import COLLECTOR as NCCL
+from gpuwait.collectors.nccl import window
+from gpuwait.collectors.nccl.payload import NcclData
+from gpuwait.core.registry import registry, resolve
+from gpuwait.core.sampler import Sampler
 from gpuwait.trace.file import TraceReader, TraceWriter
 from gpuwait.trace.replay import Replayer, ReplayedSource
 
 
 def settings(*args):
-    registry()
     return resolve(["--analysis.window=30s", *args])[0]
 
 
@@ -44,8 +43,8 @@ def test_recorded_readings_replay_to_the_live_statistics(tmp_path):
         time.sleep(0.05)
     writer.close()
     live.analyse_once()
-    ((key, window),) = live.states["nccl"].stats.ranks.items()
-    assert window.operations == sum(range(11, 16))
+    ((key, stat),) = live.states["nccl"].stats.ranks.items()
+    assert stat.operations == sum(range(11, 16))
     # the file's own ranks in the payload survive the trace format field by field
     reader = TraceReader(str(tmp_path / "t.jsonl.gz"), payload_types(registry()))
     assert reader.header.version == 2
@@ -58,9 +57,14 @@ def test_recorded_readings_replay_to_the_live_statistics(tmp_path):
     assert replayer.error is None and replayer.readings == 6
     replayed.analyse_once(now=back[-1].t + 0.01)
     again = replayed.states["nccl"].stats.ranks[key]
-    assert again.operations == window.operations
-    assert again.exec_seconds == pytest.approx(window.exec_seconds)
-    assert again.bus_bytes_per_second == pytest.approx(window.bus_bytes_per_second)
+    assert again.operations == stat.operations
+    assert again.exec_seconds == pytest.approx(stat.exec_seconds)
+    assert again.bus_bytes_per_second == pytest.approx(stat.bus_bytes_per_second)
+    # the age of the latest operation is the same on the trace's clock as it was live
+    (live_rank,) = window.ranks(live.states["nccl"].ring.view())
+    (replayed_rank,) = window.ranks(replayed.states["nccl"].ring.view())
+    assert 0.0 <= window.seconds_since_completion(replayed_rank) < 5.0
+    assert window.seconds_since_completion(replayed_rank) == pytest.approx(window.seconds_since_completion(live_rank))
     live.stop(0)
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from gpuwait.catalog.spec import MetricSpec
-from gpuwait.collectors import Sample, Snapshot
 from gpuwait.collectors.nccl.payload import NcclData, NcclRank
-from gpuwait.collectors.nccl.window import Ident, NcclStats, last_operation_age
-from gpuwait.config import Settings
+from gpuwait.collectors.nccl.window import Ident, NcclStats, completion_age
+from gpuwait.core.config import Settings
+from gpuwait.core.metric import MetricSpec
+from gpuwait.core.plugin import Sample, Snapshot
 
 SOURCE = "nccl"
 _CLAIMS = ("A9", "A10", "A12")
@@ -100,7 +100,7 @@ def expose(snapshots: Mapping[str, Snapshot], settings: Settings) -> Iterator[Sa
                 yield Sample("gpuwait_nccl_exec_seconds_total", labels, rank.exec_seconds_total)
                 yield Sample("gpuwait_nccl_message_bytes_total", labels, rank.msg_bytes_total)
                 yield Sample("gpuwait_nccl_bus_bytes_total", labels, rank.bus_bytes_total)
-            yield Sample("gpuwait_nccl_last_operation_age_seconds", labels, last_operation_age(reading, rank))
+            yield Sample("gpuwait_nccl_last_operation_age_seconds", labels, completion_age(data, rank))
     if stats is not None:
         s: NcclStats = stats
         seen = set()

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from gpuwait.errors import ParseError
+from gpuwait.core.errors import ParseError
 
 #: ``metadata.inspector_output_format_version`` values whose fields are the ones read here.
 JSON_FORMAT_VERSIONS = frozenset({"v4.0"})

@@ -62,9 +62,10 @@ class NcclData:
     bytes_read: int = 0
     #: lines skipped (partial last lines are kept for the next read, not counted)
     malformed: int = 0
-    #: wall clock minus the monotonic clock at the read, to place ``last_unix`` on the
-    #: Reading's clock
-    wall_minus_monotonic: float | None = None
+    #: the wall clock (seconds since the epoch) at the read: ``read_unix - last_unix`` is how
+    #: long before the read a rank's latest operation completed, on any clock the Reading is
+    #: replayed on
+    read_unix: float | None = None
     #: bytes passed over unread because the files grew faster than the read budget
     skipped_bytes: int = 0
     #: records of a format version that is not read

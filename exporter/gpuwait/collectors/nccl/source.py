@@ -18,7 +18,9 @@ cannot belong to the window, and counting them would invent a rate. Entries with
 operation for collector.nccl.stale-after are dropped, and so are those whose file is gone.
 
 The directory and its immediate subdirectories are read (jobs may write to a per-job
-subdirectory of a shared root); a directory that does not exist (yet) reads as empty.
+subdirectory of a shared root). No directory configured, a directory that does not exist
+(yet) and one without dump files are no data (NoData), not a failure: no job on this node
+has switched the plugin on, and the next read picks up the first file that appears.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from dataclasses import dataclass, field
 
 from gpuwait.collectors.nccl.parse import MAX_LINE_BYTES, Operation, parse_json_lines, parse_prom_text, prom_operations
 from gpuwait.collectors.nccl.payload import NcclData, NcclRank
-from gpuwait.errors import ParseError, SourceError
-from gpuwait.reading import Reading
-from gpuwait.sources.base import HostPaths, Source
+from gpuwait.core.config import ANALYSIS_WINDOW, Option, Settings, parse_duration, parse_positive_int, parse_size
+from gpuwait.core.errors import NoData, ParseError, SourceError
+from gpuwait.core.pseudofile import os_cause
+from gpuwait.core.reading import Reading
+from gpuwait.core.source import HostPaths, Source
 
 JSON_NAME = re.compile(r".+\.(?:log|jsonl)(?:\.\d{1,6})?")
 PROM_NAME = re.compile(r".+\.prom")
@@ -42,6 +46,36 @@ PROM_DEVICE = re.compile(r"nccl_inspector_metrics_([0-9a-fA-F]{8}-[0-9a-fA-F]{4}
 #: logs of every past job must not cost a stat of each one every second.
 MAX_FILES = 1024
 GB = 1e9
+#: Below this a read budget shared among a few files holds less than a handful of records.
+MIN_READ_BYTES = 64 * 1024
+
+
+def parse_read_bytes(value) -> int:
+    """A size (parse_size) of at least 64 KiB."""
+    size = parse_size(value)
+    if size < MIN_READ_BYTES:
+        raise ValueError(f"must be at least 64KiB: {value!r}")
+    return size
+
+
+DUMP_DIR = Option(
+    "collector.nccl.dump-dir", str, "",
+    "Directory NCCL Inspector writes to (the jobs' NCCL_INSPECTOR_DUMP_DIR), read with its immediate "
+    "subdirectories; empty: the collector reads nothing.", "PATH")
+INTERVAL = Option("collector.nccl.interval", parse_duration, 1.0, "How often the dump directory is read.", "DURATION")
+MAX_BYTES_PER_READ = Option(
+    "collector.nccl.max-bytes-per-read", parse_read_bytes, 4 << 20,
+    "Most bytes read from the dump files per read; files that grew by more are skipped ahead "
+    "(gpuwait_nccl_skipped_bytes_total).", "BYTES")
+MAX_RANKS = Option("collector.nccl.max-ranks", parse_positive_int, 512,
+                   "Most (communicator, rank, process) entries tracked, and so series per metric.", "COUNT")
+# PyTorch aborts a collective that has not finished after 10 minutes, the default timeout of
+# its NCCL process groups (pytorch/pytorch#110947): a hang stays visible until the job's own
+# watchdog ends it.
+STALE_AFTER = Option(
+    "collector.nccl.stale-after", parse_duration, 900.0,
+    "Ranks with no completed operation for this long are dropped, as are those whose dump file is gone.",
+    "DURATION")
 
 #: (kind, comm, rank, pid, hostname)
 RankKey = tuple[str, str, int, int, str]
@@ -161,6 +195,8 @@ class NcclSource(Source):
     def __init__(self, paths: HostPaths, dump_dir: str = "", max_bytes_per_read: int = 4 << 20,
                  max_ranks: int = 512, stale_after: float = 900.0, history: float = 60.0,
                  clock=time.monotonic, wall_clock=time.time) -> None:
+        """``history``: records older than this when read are not counted (the analysis
+        window)."""
         super().__init__(paths)
         self.dump_dir = dump_dir
         self.max_bytes = max_bytes_per_read
@@ -175,12 +211,20 @@ class NcclSource(Source):
         self._totals = _Pass()
         self._evicted = 0
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "NcclSource":
+        return cls(HostPaths.from_settings(settings), settings[DUMP_DIR],
+                   max_bytes_per_read=settings[MAX_BYTES_PER_READ], max_ranks=settings[MAX_RANKS],
+                   stale_after=settings[STALE_AFTER], history=settings[ANALYSIS_WINDOW])
+
     # -- one read -----------------------------------------------------------------------------
     def read(self) -> Reading:
         t = self.clock()
         wall = self.wall_clock()
         counts = _Pass()
-        found = self._scan(counts.errors) if self.dump_dir else []
+        if not self.dump_dir:
+            raise NoData(f"unconfigured:{DUMP_DIR.name}", "no NCCL Inspector dump directory is configured")
+        found = self._scan(counts.errors)
         present = {f.ident for f in found}
         for gone in [i for i in self._tails if i not in present]:
             del self._tails[gone]
@@ -192,6 +236,9 @@ class NcclSource(Source):
             budget -= self._read_prom(f, wall, counts, prom_ranks)
         self._read_json([f for f in found if f.kind == "json"], max(0, budget), t, wall, counts)
         self._forget(t, wall, present)
+        if not found:
+            # The files are gone (a job's own directory removed at its end): so are their ranks.
+            raise NoData(f"unavailable:{self.dump_dir}", "no NCCL Inspector dump file (NCCL_INSPECTOR_ENABLE=1 writes them)")
         ranks = [self._ranks[k].freeze() for k in sorted(self._ranks)]
         room = max(0, self.max_ranks - len(ranks))
         self._evicted += max(0, len(prom_ranks) - room)
@@ -203,7 +250,7 @@ class NcclSource(Source):
         total.unsupported += counts.unsupported
         data = NcclData(
             ranks=tuple(ranks), files=len(found), bytes_read=counts.bytes_read, malformed=counts.malformed,
-            wall_minus_monotonic=wall - t, skipped_bytes=counts.skipped, unsupported=counts.unsupported,
+            read_unix=wall, skipped_bytes=counts.skipped, unsupported=counts.unsupported,
             bytes_read_total=total.bytes_read, malformed_total=total.malformed, skipped_bytes_total=total.skipped,
             unsupported_total=total.unsupported, evicted_total=self._evicted,
         )
@@ -215,18 +262,16 @@ class NcclSource(Source):
         try:
             subdirs = self._scan_one(self.dump_dir, found)
         except FileNotFoundError:
-            return []  # no job has written here yet: nothing to report, nothing wrong
-        except PermissionError as e:
-            raise SourceError(f"permission:{self.dump_dir}", str(e)) from None
+            return []  # no job has written here yet
         except OSError as e:
-            raise SourceError(f"unreadable:{self.dump_dir}", str(e)) from None
+            raise SourceError(os_cause(self.dump_dir, e), str(e)) from None
         for sub in sorted(subdirs):
             try:
                 self._scan_one(sub, found)
             except FileNotFoundError:
                 pass  # removed since it was listed
-            except OSError:
-                errors.add(f"unreadable:{self.dump_dir}/<subdirectory>")
+            except OSError as e:
+                errors.add(os_cause(f"{self.dump_dir}/<subdirectory>", e))
         if len(found) > MAX_FILES:
             found.sort(key=lambda f: f.st.st_mtime_ns, reverse=True)
             del found[MAX_FILES:]
@@ -294,11 +339,8 @@ class NcclSource(Source):
                 data = handle.read(min(backlog, share))
         except FileNotFoundError:
             return 0
-        except PermissionError:
-            counts.errors.add(f"permission:{self.dump_dir}/<dump file>")
-            return 0
-        except OSError:
-            counts.errors.add(f"unreadable:{self.dump_dir}/<dump file>")
+        except OSError as e:
+            counts.errors.add(os_cause(f"{self.dump_dir}/<dump file>", e))
             return 0
         tail.offset += len(data)
         counts.bytes_read += len(data)
@@ -370,11 +412,8 @@ class NcclSource(Source):
                 data = handle.read(self.max_bytes + 1)
         except FileNotFoundError:
             return None, 0
-        except PermissionError:
-            counts.errors.add(f"permission:{self.dump_dir}/<dump file>")
-            return None, 0
-        except OSError:
-            counts.errors.add(f"unreadable:{self.dump_dir}/<dump file>")
+        except OSError as e:
+            counts.errors.add(os_cause(f"{self.dump_dir}/<dump file>", e))
             return None, 0
         counts.bytes_read += len(data)
         return data.decode("utf-8", "replace"), len(data)
