@@ -11,13 +11,16 @@ import time
 
 import pytest
 
-from conftest import HOST_TREE
+from conftest import HOST_TREE, text_fixture
+from fixture_host import inspector_line
 from gpuwait.collectors.cpu import window as cpu_window
 from gpuwait.collectors.cpu.source import CpuSource
 from gpuwait.collectors.diskstats import window as disk_window
 from gpuwait.collectors.diskstats.source import DEFAULT_DEVICE_EXCLUDE, DiskstatsSource
 from gpuwait.collectors.gpu import window as gpu_window
 from gpuwait.collectors.gpu.source import GpuDeviceSource, GpuSource, fast_rows
+from gpuwait.collectors.nccl import window as nccl_window
+from gpuwait.collectors.nccl.source import NcclSource
 from gpuwait.collectors.netdev import window as netdev_window
 from gpuwait.collectors.netdev.source import DEFAULT_DEVICE_EXCLUDE as NETDEV_EXCLUDE, NetdevSource
 from gpuwait.collectors.nfs import window as nfs_window
@@ -97,6 +100,24 @@ def test_rdma_accessors():
         ("mlx5_0", 1, "InfiniBand"), ("mlx5_1", 1, "Ethernet")}
     for link in links:
         assert has_values(link.bytes), link.device
+
+
+def test_nccl_accessors(tmp_path):
+    """A JSON-mode dump (counts) and a Prometheus-mode one (gauges) side by side."""
+    now = time.time()
+    (tmp_path / "hgx-a17-pid4242.log").write_text("".join(inspector_line(seq, now) for seq in range(20)))
+    (tmp_path / "nccl_inspector_metrics_2b1e8f4c-3d9a-4e6b-8c1d-5a7f9e2b6c3d.prom").write_text(
+        text_fixture("nccl", "prom-2.30.prom"))
+    view = window_of(NcclSource(PATHS, str(tmp_path)), nccl_window.columns)
+    ranks = {(r.kind, r.pid): r for r in nccl_window.ranks(view)}
+    counted, gauged = ranks[("collective", 4242)], ranks[("collective", 0)]
+    for column in (counted.operations, counted.exec_seconds, counted.msg_bytes, counted.bus_bytes,
+                   counted.completion_age, counted.nodes, gauged.bus_bandwidth, gauged.completion_age):
+        assert has_values(column)
+    assert nccl_window.n_nodes(counted) == 1
+    assert nccl_window.exec_share(counted) == 0.0  # nothing completed after the first read
+    assert nccl_window.bus_bytes_per_second(gauged) > 0
+    assert nccl_window.seconds_since_completion(counted) is not None
 
 
 @pytest.fixture

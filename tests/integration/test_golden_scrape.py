@@ -4,7 +4,7 @@ series with its labels, and the value of every series that the fixture fixes.
 
 The fixture host is tests/fixtures/host (procfs, sysfs, an NFS mount, two RDMA HCAs) and the
 NVML test double's 8-GPU machine (tests/support/nvml_double/hgx_h100.yaml), with the
-workload record of the GPU process. Values that move with time rather than with the fixture
+workload record of the GPU process and the NCCL Inspector dump it wrote. Values that move with time rather than with the fixture
 are written as ``<varies>``: the exporter's own timings and read counts, the GPU values the
 double drives on its clock (utilization, activity, power, counters) and what is computed
 from them (GPU window statistics, the verdict); build info is left out. The series set is
@@ -54,13 +54,15 @@ GPU_LIVE = {
     "gpuwait_gpu_temperature_celsius", "gpuwait_gpu_energy_joules_total", "gpuwait_gpu_clocks_violation_seconds_total",
     "gpuwait_gpu_clocks_event_reason_active", "gpuwait_gpu_nvml_errors_total",
 }
+#: Values that move with the wall clock: how long ago the dump's latest operation completed.
+WALL_CLOCK = {"gpuwait_nccl_last_operation_age_seconds"}
 #: Errors of the GPU sources are counted per read of the double's faulty GPUs.
 GPU_SOURCES = {"gpu", "gpu_device"}
 
 
 def varies(family: str, labels: dict[str, str]) -> bool:
     spec = CATALOG.get(family)
-    if family in SELF_TIMINGS or family in GPU_LIVE:
+    if family in SELF_TIMINGS or family in GPU_LIVE or family in WALL_CLOCK:
         return True
     if family == "gpuwait_source_errors_total" and labels.get("source") in GPU_SOURCES:
         return True
@@ -97,7 +99,8 @@ def steady_scrape(exp: ExporterProcess) -> str:
         return (seen_lost and value(samples, "gpuwait_gpu_up", gpu=3) == 1.0
                 and samples.get("gpuwait_gpu_verdict") and samples.get("gpuwait_gpu_window_utilization_mean_ratio")
                 and samples.get("gpuwait_rdma_port_window_transmit_mean_bytes_per_second")
-                and samples.get("gpuwait_nfs_window_operations_per_second"))
+                and samples.get("gpuwait_nfs_window_operations_per_second")
+                and samples.get("gpuwait_nccl_window_exec_ratio"))
 
     exp.wait_for(settled, timeout=60.0, interval=0.2)
     time.sleep(1.0)  # one more analysis pass over the settled state

@@ -37,7 +37,7 @@ def only_collectors_flags(names) -> list[str]:
 
 def host_args(tree: pathlib.Path = HOST_TREE) -> list[str]:
     return [f"--path.procfs={tree / 'proc'}", f"--path.sysfs={tree / 'sys'}", *QUICK_TIMING, *all_collectors_flags(),
-            f"--collector.workload.spool-dir={workload_spool()}"]
+            f"--collector.workload.spool-dir={workload_spool()}", f"--collector.nccl.dump-dir={nccl_dump_dir()}"]
 
 
 def workload_spool() -> str:
@@ -57,6 +57,38 @@ def workload_spool() -> str:
     })
     pathlib.Path(spool, "4242-0.rec").write_text(record)
     return spool
+
+
+def inspector_line(seq: int, at: float, *, comm: str = "0x7f8c496ae9f661", rank: int = 0, n_ranks: int = 8,
+                   n_nodes: int = 1, pid: int = 4242, hostname: str = "hgx-a17", op: str = "AllReduce",
+                   msg_bytes: int = 1 << 28, exec_us: int = 1200, busbw_gbs: float = 391.5) -> str:
+    """One line as NCCL Inspector's JSON mode writes it for a completed collective."""
+    import json
+
+    record = {
+        "header": {"id": comm, "comm_name": "default_pg", "rank": rank, "n_ranks": n_ranks, "nnodes": n_nodes},
+        "metadata": {"inspector_output_format_version": "v4.0", "git_rev": "3e1a5b07c",
+                     "rec_mechanism": "nccl_profiler_interface", "dump_timestamp_us": int(at * 1e6),
+                     "hostname": hostname, "pid": pid},
+        "coll_perf": {"coll": op, "coll_sn": seq, "coll_msg_size_bytes": msg_bytes, "coll_exec_time_us": exec_us,
+                      "coll_timing_source": "kernel_gpu", "coll_algobw_gbs": round(busbw_gbs / 1.75, 6),
+                      "coll_busbw_gbs": busbw_gbs},
+    }
+    return json.dumps(record, separators=(",", ":")) + "\n"
+
+
+def nccl_dump_dir() -> str:
+    """A dump directory as NCCL Inspector leaves it for the fixture host's GPU process (pid
+    4242, rank 0 of an 8-rank communicator): collectives written now, since records older
+    than the analysis window are not counted."""
+    import tempfile
+    import time
+
+    dump = tempfile.mkdtemp(prefix="gpuwait-nccl-")
+    now = time.time()
+    lines = "".join(inspector_line(seq, now - 2 + seq * 0.01) for seq in range(100, 200))
+    pathlib.Path(dump, "hgx-a17-pid4242.log").write_text(lines)
+    return dump
 
 
 def host_env(gpu_machine: pathlib.Path | None = GPU_MACHINE) -> dict[str, str]:

@@ -27,14 +27,16 @@ def examples(test):
     return settings(max_examples=EXAMPLES)(test) if EXAMPLES else test
 
 
-def fixture_texts(fmt: str) -> list[str]:
-    return [p.read_text() for p in sorted((TEXT_FIXTURES / fmt).glob("*.txt"))]
+def fixture_texts(fmt: str, pattern: str = "*.txt") -> list[str]:
+    return [p.read_text() for p in sorted((TEXT_FIXTURES / fmt).glob(pattern))]
 
 
 SEEDS = {
     "cgroup": fixture_texts("cgroup"),
     "diskstats": fixture_texts("diskstats"),
     "mountstats": fixture_texts("mountstats"),
+    "nccl_json": fixture_texts("nccl", "*.log"),
+    "nccl_prom": fixture_texts("nccl", "*.prom"),
     "netdev": fixture_texts("netdev"),
     "pressure": fixture_texts("pressure"),
     "procpid": fixture_texts("procpid"),

@@ -40,7 +40,7 @@ def test_round_trip_keeps_payloads_and_relative_time(tmp_path, name):
     readings = [cpu_reading(1000.0 + i * 0.1, busy=float(i), idle=float(100 - i)) for i in range(5)]
     write_trace(path, readings)
     reader = TraceReader(str(path), PAYLOADS)
-    assert reader.header.version == 1
+    assert reader.header.version == 2
     back = list(reader)
     assert [r.data for r in back] == [r.data for r in readings]
     assert [r.t for r in back] == pytest.approx([i * 0.1 for i in range(5)])
@@ -112,10 +112,11 @@ def test_truncated_last_line_is_reported(tmp_path):
         list(TraceReader(str(path), PAYLOADS))
 
 
-def test_hand_written_trace_replays(tmp_path):
-    """The documented format is enough to write a trace by hand."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_hand_written_trace_replays(tmp_path, version):
+    """The documented format is enough to write a trace by hand, of either version."""
     path = tmp_path / "hand.jsonl"
-    lines = [HEADER]
+    lines = [json.dumps({"format": "gpuwait-trace", "version": version})]
     for i in range(30):
         data = {"cores": {"0": {"user": i * 0.1, "idle": 0.0}}, "procs_running": 1, "procs_blocked": 0}
         lines.append(json.dumps({"t": i * 0.1, "source": "cpu", "data": data}))

@@ -106,6 +106,20 @@ def parse_positive_int(value: Any) -> int:
     return n
 
 
+_SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|kB|KB|MB|GB)?")
+_SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "kB": 1000, "KB": 1000,
+               "MB": 1000 ** 2, "GB": 1000 ** 3}
+
+
+def parse_size(value: Any) -> int:
+    """'4MiB', '512KiB', '8MB' or a plain number of bytes (IEC units are powers of 1024,
+    SI units powers of 1000) -> bytes."""
+    match = _SIZE.fullmatch(str(value).strip()) if not isinstance(value, bool) else None
+    if match is None:
+        raise ValueError(f"not a size (use e.g. 4MiB, 512KiB or a number of bytes): {value!r}")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+
+
 def parse_positive(value: Any) -> float:
     f = float(value)
     if not f > 0 or f == float("inf"):

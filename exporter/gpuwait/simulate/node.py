@@ -14,6 +14,7 @@ from gpuwait.collectors.cpu.payload import CpuData
 from gpuwait.collectors.diskstats.payload import DiskCounters, Diskstats
 from gpuwait.collectors.gpu.payload import GpuDevice, GpuDeviceData, GpuFastData, GpuTick, OwnerState, OwnerUse
 from gpuwait.collectors.netdev.payload import InterfaceCounters, NetDev
+from gpuwait.collectors.nccl.source import DUMP_DIR
 from gpuwait.collectors.nfs.payload import ByteCounters, NfsData, NfsMountData, OpCounters
 from gpuwait.collectors.nfs.source import METADATA_OPS
 from gpuwait.collectors.pressure.payload import PressureData
@@ -26,6 +27,7 @@ from gpuwait.collectors.rdma.payload import (
 )
 from gpuwait.collectors.workload.parse import parse_record
 from gpuwait.collectors.workload.payload import OwnedRecord, WorkloadData
+from gpuwait.core.errors import NoData
 from gpuwait.core.reading import Reading
 from gpuwait.nvml.values import DeviceInfo, GpuProcess, Memory, PcieLink
 from gpuwait.simulate.model import NodeState, Scenario, noisy
@@ -346,13 +348,20 @@ class SimulatedNode:
             records.append(OwnedRecord(parse_record(text), OWNER))
         return WorkloadData(tuple(records))
 
+    def nccl(self, t: float) -> None:
+        """The simulated jobs run without NCCL Inspector: no dump directory, no data, as on
+        a node whose jobs never switched the plugin on."""
+        raise NoData(f"unconfigured:{DUMP_DIR.name}", "the simulated jobs run without NCCL Inspector")
+
     #: source name -> payload builder
     def builders(self) -> dict[str, Callable[[float], object]]:
         return {
             "cpu": self.cpu, "pressure": self.pressure, "diskstats": self.diskstats, "netdev": self.netdev,
             "rdma_traffic": self.rdma_traffic, "rdma": self.rdma, "nfs": self.nfs,
             "gpu": self.gpu, "gpu_device": self.gpu_device, "workload": self.workload,
+            "nccl": self.nccl,
         }
 
     def reading(self, source: str, t: float) -> Reading:
+        """Raises NoData for a source the simulated node has nothing for, as the real one does."""
         return Reading(source, t, self.builders()[source](t))

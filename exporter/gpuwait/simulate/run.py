@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from gpuwait.core.config import ANALYSIS_INTERVAL, SIMULATE_PARAMS, SIMULATE_SCENARIO, Settings
+from gpuwait.core.errors import NoData
 from gpuwait.core.plugin import CollectorSpec, SourceSpec
 from gpuwait.core.reading import Reading
 from gpuwait.core.registry import registry
@@ -82,7 +83,11 @@ def run_virtual(
         t = k * fast
         for name, state in sampler.states.items():
             if t + 1e-9 >= due[name]:
-                sampler.ingest(state, node.reading(name, t), started=t)
+                try:
+                    reading, no_data = node.reading(name, t), None
+                except NoData as e:
+                    reading, no_data = None, e
+                sampler.ingest(state, reading, started=t, no_data=no_data)
                 due[name] = t + (slow if state.interval >= slow else fast)
         if t + 1e-9 >= next_analysis:
             sampler.analyse_once(now=t)
