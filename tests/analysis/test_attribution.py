@@ -2,64 +2,85 @@ import math
 
 import pytest
 
-from gpuwait.analysis.attribution import VerdictRules, attribute, verdict
+from gpuwait.analysis.attribution import DIRECT, HOST, INFERRED, VerdictRules, attribute, verdict
 from gpuwait.core.facts import CAUSES
 
 
-def run(util, evidence=None, demand=True, throttled=False):
-    n = len(util)
-    ev = {k: v for k, v in (evidence or {}).items()}
-    return attribute(util, ev, [demand] * n, [throttled] * n, idle_threshold=0.1)
+def run(idle, evidence=None, demand=True, throttled=False, start=0):
+    n = len(idle)
+    return attribute(idle, dict(evidence or {}), [demand] * n, [throttled] * n, start=start)
 
 
 def test_busy_gpu_is_none():
-    a = run([0.95] * 100)
-    assert a.idle_ratio == 0
+    a = run([0.05] * 100)
+    assert a.idle_ratio == pytest.approx(0.05)
     assert verdict(a) == "none"
 
 
-def test_shares_sum_to_idle_fraction():
-    util = [0.9, 0.0, 0.0, 0.0, 0.9, 0.0, 0.9, 0.0, math.nan, 0.0]
-    storage = [False, True, True, False, False, False, False, False, False, False]
-    network = [False, False, True, True, False, False, False, False, False, False]
-    a = run(util, {"storage": storage, "network": network})
+def test_idle_is_fractional_and_shares_sum_to_it():
+    idle = [0.1, 1.0, 0.5, 1.0, 0.1, 0.4, 0.1, 1.0, math.nan, 1.0]
+    storage = [0, DIRECT, DIRECT, 0, 0, 0, 0, 0, 0, 0]
+    network = [0, 0, DIRECT, DIRECT, 0, 0, 0, 0, 0, 0]
+    a = run(idle, {"storage": storage, "network": network})
     assert a.samples == 9
-    assert a.idle_ratio == pytest.approx(6 / 9)
+    assert a.idle_ratio == pytest.approx(sum(x for x in idle if x == x) / 9)
     assert sum(a.wait_ratio.values()) == pytest.approx(a.idle_ratio)
-    assert a.wait_ratio["storage"] == pytest.approx(2 / 9)  # storage wins the overlap
-    assert a.wait_ratio["network"] == pytest.approx(1 / 9)
-    assert a.wait_ratio["insufficient_work"] == pytest.approx(3 / 9)
+    assert a.wait_ratio["storage"] == pytest.approx(1.5 / 9)  # equal strength: the method's order
+    assert a.wait_ratio["network"] == pytest.approx(1.0 / 9)
+    assert a.wait_ratio["insufficient_work"] == pytest.approx((0.1 * 3 + 0.4 + 2.0) / 9)
     assert set(a.wait_ratio) == set(CAUSES)
 
 
+def test_stronger_evidence_wins_over_the_order():
+    idle = [1.0] * 10
+    a = run(idle, {"data_pipeline": [INFERRED] * 10, "network": [DIRECT] * 10})
+    assert verdict(a) == "network"
+    b = run(idle, {"data_pipeline": [INFERRED] * 10, "storage": [HOST] * 10})
+    assert verdict(b) == "data_pipeline"
+
+
+def test_gaps_shorter_than_a_sample_still_count():
+    # A loop idle 0.1 s of every 0.2 s reads about 50 % in every 1/6 s sample: never below 5 %.
+    a = run([0.5] * 100, {"data_pipeline": [INFERRED] * 100})
+    assert a.idle_ratio == pytest.approx(0.5)
+    assert verdict(a) == "data_pipeline"
+
+
 def test_idle_without_evidence_depends_on_demand():
-    util = [0.0] * 50 + [0.9] * 50
-    assert verdict(run(util, demand=True)) == "insufficient_work"
-    assert verdict(run(util, demand=False)) == "none"
+    idle = [1.0] * 50 + [0.0] * 50
+    assert verdict(run(idle, demand=True)) == "insufficient_work"
+    assert verdict(run(idle, demand=False)) == "none"
 
 
-def test_dominant_evidence_names_the_cause():
-    util = [0.0, 1.0] * 50
-    ev = {"data_pipeline": [True, False] * 50}
-    assert verdict(run(util, ev)) == "data_pipeline"
+def test_checkpoint_pause_is_none():
+    idle = [1.0] * 40 + [0.0] * 60
+    a = run(idle, {"checkpoint": [DIRECT] * 100, "storage": [DIRECT] * 100})
+    assert a.wait_ratio["none"] == pytest.approx(0.4)
+    assert verdict(a) == "none"
 
 
 def test_weak_cause_is_not_named():
-    util = [0.0] * 60 + [1.0] * 40
-    ev = {"network": [True] * 10 + [False] * 90}
-    a = run(util, ev, demand=True)
+    idle = [1.0] * 60 + [0.0] * 40
+    a = run(idle, {"network": [DIRECT] * 10 + [0.0] * 90})
     assert verdict(a) == "insufficient_work"
     assert verdict(a, VerdictRules(min_cause_share=0.9)) == "none"
 
 
 def test_throttled_when_busy_under_clock_limits():
-    assert verdict(run([0.97] * 100, throttled=True)) == "throttled"
-    assert verdict(run([0.97] * 100, throttled=False)) == "none"
+    assert verdict(run([0.03] * 100, throttled=True)) == "throttled"
+    assert verdict(run([0.03] * 100, throttled=False)) == "none"
 
 
 def test_short_idle_is_computing():
-    util = [0.0] * 5 + [1.0] * 95
-    assert verdict(run(util, {"storage": [True] * 100})) == "none"
+    idle = [1.0] * 5 + [0.0] * 95
+    assert verdict(run(idle, {"storage": [DIRECT] * 100})) == "none"
+
+
+def test_start_leaves_out_the_earlier_instants():
+    idle = [0.0] * 80 + [1.0] * 20
+    a = run(idle, {"storage": [DIRECT] * 100}, start=80)
+    assert a.samples == 20 and a.idle_ratio == 1.0
+    assert verdict(a) == "storage"
 
 
 def test_no_samples():

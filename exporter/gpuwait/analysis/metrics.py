@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from gpuwait.analysis import activity
 from gpuwait.analysis import verdict as verdict_module
-from gpuwait.analysis.evidence import data_pipeline, host_transfer, network, storage, sync, workload
+from gpuwait.analysis.evidence import data_pipeline, host_transfer, network, storage, workload
 from gpuwait.analysis.verdict import NodeVerdict, VerdictAnalyser
 from gpuwait.core.config import Settings
 from gpuwait.core.facts import CAUSES
@@ -23,6 +24,9 @@ METRICS = (
     MetricSpec("gpuwait_gpu_verdict", "gauge",
                "1 for what the GPU waited for over the window (data_pipeline, storage, host_transfer, network, sync, insufficient_work, throttled or none), 0 for the other causes.",
                labels=GPU + ("cause",), source=SOURCE, claims=("A14",), window=True),
+    MetricSpec("gpuwait_gpu_verdict_age_seconds", "gauge",
+               "How long the GPU's current verdict has been published: seconds since the verdict last changed (0 at a change).",
+               labels=GPU, unit="seconds", source=SOURCE, claims=("A14",), window=True),
     MetricSpec("gpuwait_gpu_demand", "gauge",
                "1 when the GPU has an owner process that is active on the CPU (there is work to wait for), 0 otherwise; low utilization without demand needs no fix.",
                labels=GPU, source=SOURCE, claims=("A1", "A13"), window=True),
@@ -65,6 +69,7 @@ def expose(snapshots: Mapping[str, Snapshot], settings: Settings) -> Iterator[Sa
         for cause in CAUSES:
             yield Sample("gpuwait_gpu_wait_ratio", gpu + (cause,), g.attribution.wait_ratio.get(cause, 0.0))
             yield Sample("gpuwait_gpu_verdict", gpu + (cause,), 1.0 if g.verdict == cause else 0.0)
+        yield Sample("gpuwait_gpu_verdict_age_seconds", gpu, g.verdict_seconds)
         yield Sample("gpuwait_gpu_demand", gpu, 1.0 if g.demand else 0.0)
         yield Sample("gpuwait_gpu_throttled_busy_ratio", gpu, g.attribution.throttled_busy_ratio)
         yield Sample("gpuwait_gpu_verdict_samples", gpu, g.attribution.samples)
@@ -83,9 +88,9 @@ def expose(snapshots: Mapping[str, Snapshot], settings: Settings) -> Iterator[Sa
 
 OPTIONS = (
     *workload.OPTIONS,
-    verdict_module.INTERVAL, verdict_module.MIN_IDLE_RATIO, verdict_module.MIN_CAUSE_SHARE,
-    verdict_module.MIN_THROTTLED_SHARE, verdict_module.SM_IDLE_THRESHOLD,
-    *storage.OPTIONS, *data_pipeline.OPTIONS, *host_transfer.OPTIONS, *network.OPTIONS, *sync.OPTIONS,
+    verdict_module.INTERVAL, verdict_module.SHORT_WINDOW, verdict_module.MIN_IDLE_RATIO, verdict_module.MIN_CAUSE_SHARE,
+    verdict_module.MIN_THROTTLED_SHARE, *activity.OPTIONS,
+    *storage.OPTIONS, *data_pipeline.OPTIONS, *host_transfer.OPTIONS, *network.OPTIONS,
     verdict_module.DEMAND_OWNER_CORES, verdict_module.DIP_MIN_PERIODICITY,
 )
 

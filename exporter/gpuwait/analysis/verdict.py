@@ -1,13 +1,18 @@
-"""The verdict: what each GPU waited for over the window (A14), from every source's sub-second
-samples lined up on the GPU's own sampling grid.
+"""The verdict: what each GPU waited for (A14), from every source's sub-second samples lined up
+on the GPU's own sampling grid.
 
-For every grid point where a GPU was idle, the evidence present at that instant is collected,
-one module of ``analysis.evidence`` per cause: storage (reads in flight with tasks stalled on
-IO), data pipeline (a core saturated by the GPU's owner), host transfer (PCIe near its link's
-capacity), sync (a peer GPU of the same owner still computing), network (a link whose bursts
-line up with the GPU's dips), and a checkpoint being written; the idle sample is given to one
-cause (analysis.attribution). The shares, the primary cause, the period of the dips, each
-link's alignment with them and the straggler of each owner are the result.
+Every instant of the grid gets, per GPU: the share of it the GPU had no work on (fractional:
+analysis.activity), and the strength of each cause's evidence at that instant, one module of
+``analysis.evidence`` per cause, scoped to the GPU's owner where the kernel offers it. The
+idle share goes to the strongest cause (analysis.attribution). A GPU with no process has
+nothing to wait for; an owner that neither computes, uses CPU, waits on IO nor reports work
+has no demand (A1).
+
+The verdict is judged twice per pass over the same instants: over the whole window (the
+long window, which confirms and retracts) and over its last verdict.short-window seconds,
+which raises a new cause within seconds of its onset when that cause dominates the recent
+idle time. A change is published only once two consecutive passes agree on it, so a single
+pass's noise does not flap the verdict (analysis.verdict.Hysteresis).
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from gpuwait.analysis.attribution import Attribution, VerdictRules, attribute, verdict
+from gpuwait.analysis.activity import gpu_activity
+from gpuwait.analysis.attribution import DIRECT, HOST, Attribution, VerdictRules, attribute, verdict
 from gpuwait.analysis.evidence import workload
 from gpuwait.analysis.evidence.checkpoint import checkpoint
 from gpuwait.analysis.evidence.data_pipeline import DataPipeline
@@ -31,20 +37,24 @@ from gpuwait.core.config import Option, Settings, parse_duration, parse_fraction
 from gpuwait.core.facts import EVIDENCE_ORDER
 from gpuwait.core.plugin import AnalysisInputs
 
-INTERVAL = Option("verdict.interval", parse_duration, 5.0,
+INTERVAL = Option("verdict.interval", parse_duration, 2.0,
                   "How often the verdict is recomputed over the window (it is the costliest analysis; the window statistics of each source are refreshed every analysis.interval).")
+SHORT_WINDOW = Option("verdict.short-window", parse_duration, 15.0,
+                      "The recent part of the window over which a new cause can be raised before the whole window confirms it.")
 MIN_IDLE_RATIO = Option("verdict.min-idle-ratio", parse_fraction, 0.15,
                         "Idle fraction of the window below which a GPU counts as computing, whatever it waited for.")
 MIN_CAUSE_SHARE = Option("verdict.min-cause-share", parse_fraction, 0.3,
                          "Share of the idle time a cause must explain to be named the verdict.")
 MIN_THROTTLED_SHARE = Option("verdict.min-throttled-share", parse_fraction, 0.3,
                              "Share of busy samples under power or thermal clock limits that makes a busy GPU 'throttled'.")
-SM_IDLE_THRESHOLD = Option("verdict.sm-idle-threshold", parse_fraction, 0.1,
-                           "SM activity (GPM) below which a GPU counts as idle; GPM sees through NCCL kernels that keep utilization at 100% while waiting.")
 DEMAND_OWNER_CORES = Option("verdict.demand.owner-cores", parse_positive, 0.05,
                             "CPU cores the GPU's owner must use, unless its threads wait on IO, for it to count as active (demand, A1).")
 DIP_MIN_PERIODICITY = Option("verdict.dip.min-periodicity", parse_fraction, 0.3,
                              "How cleanly dips must repeat (autocorrelation at the period) for their period to be published.")
+
+#: A raised cause must explain this share of the short window's idle time: it is the one
+#: thing the GPU has waited for lately, not one of several.
+SHORT_DOMINANCE = 0.6
 
 __all__ = ["GpuVerdict", "LinkAlignment", "NodeVerdict", "VerdictAnalyser"]
 
@@ -63,6 +73,8 @@ class GpuVerdict:
     straggler: bool = False
     #: The signal the idle samples were judged on: "sm_active" (GPM) or "utilization".
     busy_signal: str = "utilization"
+    #: Seconds the published verdict has held, at this pass.
+    verdict_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,18 +85,59 @@ class NodeVerdict:
     wait_ratio: dict[str, float] = field(default_factory=dict)
 
 
+class Hysteresis:
+    """The published verdict of each GPU across passes: a change is published when two
+    consecutive passes agree on it; the time it was published is kept for its age."""
+
+    def __init__(self) -> None:
+        self.published: dict[str, tuple[str, float]] = {}
+        self.pending: dict[str, str] = {}
+        self.last_end: float | None = None
+
+    def restart_if_discontinuous(self, end: float, interval: float) -> None:
+        # Passes that do not follow each other (a new replay, a clock that went back) share nothing.
+        if self.last_end is not None and not 0 < end - self.last_end <= 3 * interval + 1e-6:
+            self.published.clear()
+            self.pending.clear()
+        self.last_end = end
+
+    def publish(self, uuid: str, wanted: str, end: float) -> tuple[str, float]:
+        current = self.published.get(uuid)
+        if current is None:
+            self.published[uuid] = (wanted, end)
+            self.pending.pop(uuid, None)
+            return wanted, 0.0
+        cause, since = current
+        if wanted == cause:
+            self.pending.pop(uuid, None)
+        elif self.pending.get(uuid) == wanted:
+            self.published[uuid] = (wanted, end)
+            self.pending.pop(uuid, None)
+            return wanted, 0.0
+        else:
+            self.pending[uuid] = wanted
+        return cause, end - since
+
+
 class VerdictAnalyser:
-    """Callable as a collector's ``analyse``: a pure function of the sampler's windows."""
+    """Callable as a collector's ``analyse``: a function of the sampler's windows and of the
+    verdicts it published at the previous passes."""
+
+    def __init__(self) -> None:
+        self.hysteresis = Hysteresis()
 
     def __call__(self, inputs: AnalysisInputs, settings: Settings) -> NodeVerdict:
         gpu_view = inputs.views.get("gpu")
         if gpu_view is None or not gpu_view.times:
             return NodeVerdict((), "none")
+        self.hysteresis.restart_if_discontinuous(inputs.end, settings[INTERVAL])
         start = inputs.end - settings.analysis_window
         first = next((i for i, t in enumerate(gpu_view.times) if t >= start), len(gpu_view.times))
         grid = Grid(gpu_view.times[first:], settings.sample_interval)
         if len(grid.times) < 3:
             return NodeVerdict((), "none")
+        n = len(grid.times)
+        short_start = next((i for i, t in enumerate(grid.times) if t >= inputs.end - settings[SHORT_WINDOW]), n)
         gpus = gpu_window.gpus(gpu_view)
         device = _devices(inputs)
         owner_of = {g: _primary_owner(device.get(g[1])) for g in gpus}
@@ -95,62 +148,153 @@ class VerdictAnalyser:
         host_checkpoint = checkpoint(inputs, grid, settings, gap)
         pipeline = DataPipeline(inputs, grid, settings, gap)
         network = Network(inputs, grid, settings, gap)
+        scope = _OwnerScope(inputs, grid, settings)
 
-        busy: dict[tuple[str, str], list[float]] = {}
-        signal: dict[tuple[str, str], str] = {}
-        for g in gpus:
-            sm = grid.hold(gpu_window.sm_active(gpu_view, g))
-            if any(v == v for v in sm):
-                busy[g], signal[g] = sm, "sm_active"
-            else:
-                busy[g], signal[g] = grid.hold(gpu_window.utilization(gpu_view, g)), "utilization"
+        activity = {g: gpu_activity(gpu_view, grid, g, settings) for g in gpus}
         rules = VerdictRules(settings[MIN_IDLE_RATIO], settings[MIN_CAUSE_SHARE], settings[MIN_THROTTLED_SHARE])
         results = []
-        n = len(grid.times)
         for g in gpus:
             index, uuid = g
             info = device.get(uuid)
             owner = owner_of[g]
-            threshold = settings[SM_IDLE_THRESHOLD] if signal[g] == "sm_active" else settings[gpu_window.IDLE_THRESHOLD]
-            evidence: dict[str, Sequence[bool]] = {
-                "storage": host_storage,
-                "data_pipeline": pipeline.evidence(owners.get(owner, (None, 0.0))[0] if owner else None, owner != ""),
-                "host_transfer": host_transfer(gpu_view, grid, g, info, settings),
-                "sync": sync(g, owner, busy, owner_of, settings, n),
+            act = activity[g]
+            if info is not None and info.processes == () and not info.owners:
+                # No process on the GPU: nothing runs there that could be waiting (A1).
+                attribution = attribute(act.idle, {}, [False] * n, throttled(gpu_view, grid, g))
+                results.append(self._published(GpuVerdict(
+                    index=str(index), uuid=uuid, owner="", demand=False, verdict="none",
+                    attribution=attribution, busy_signal=act.signal), inputs.end))
+                continue
+            owned = _Owned.of(scope, owner)
+            waiting = [max(x, f) if x == x else x for x, f in zip(act.idle, act.footprint)]
+            links = network.alignment(act.activity, waiting)
+            # Rates are measured over sampling intervals whose edges cut a copy or a burst:
+            # an instant within one interval of the traffic is concurrent with it.
+            network_at = _widened([DIRECT if b else 0.0 for b in network.evidence(links)])
+            sync_at = sync(g, owner, activity, owner_of)
+            # A resident collective's instant is a wait only where the network or a peer explains it.
+            idle = [max(x, f) if f > 0.0 and (network_at[i] or sync_at[i]) else x
+                    for i, (x, f) in enumerate(zip(act.idle, act.footprint))]
+            evidence: dict[str, Sequence[float]] = {
+                "storage": owned.scoped(host_storage),
+                "data_pipeline": _strongest(pipeline.evidence(owned.cores),
+                                            pipeline.refused(owned.cores, owned.runnable) if owned.known else None),
+                "host_transfer": _widened([DIRECT if b else 0.0 for b in host_transfer(gpu_view, grid, g, info, settings)]),
+                "sync": sync_at,
+                "network": network_at,
+                "checkpoint": owned.writes(host_checkpoint),
             }
-            links = network.alignment(busy[g])
-            evidence["network"] = network.evidence(links)
-            evidence["checkpoint"] = host_checkpoint
             cores, blocked = owners.get(owner, (0.0, 0.0))
             active = owner != "" and (cores >= settings[DEMAND_OWNER_CORES] or blocked >= 1)
             report = workload.reported(inputs.stats, owner)
             if report is not None:
                 # The loop's own account outranks what the host suggests (A8, A13).
                 active = workload.demand(report, settings)
-                evidence = workload.with_data_wait(evidence, busy[g], threshold, report, settings)
+                evidence = workload.with_data_wait(evidence, idle, report, settings)
             if not active:
                 if report is not None:
                     # The loop itself reports too little to do (A1, A13): nothing to wait for.
                     evidence = {}
                 else:
                     # Seen from the host only, a quiet owner may still be waiting: a job asleep
-                    # in a socket read during an all-reduce uses no CPU. Host evidence stands;
-                    # only a busy peer proves nothing, as inference GPUs each serve alone.
+                    # in a socket read during an all-reduce uses no CPU. Its own evidence stands
+                    # (owner-scoped, so another tenant's load is not it); only a busy peer
+                    # proves nothing, as inference GPUs each serve alone.
                     evidence.pop("sync", None)
-            attribution = attribute(busy[g], evidence, [active] * n, throttled(gpu_view, grid, g), threshold)
-            period = dominant_period(busy[g], grid.step) if attribution.idle_ratio >= rules.min_idle_ratio else None
+            demand = [active] * n
+            reasons = throttled(gpu_view, grid, g)
+            long = attribute(idle, evidence, demand, reasons)
+            short = attribute(idle, evidence, demand, reasons, start=short_start)
+            cause = _raised(verdict(long, rules), short, rules)
+            period = dominant_period(act.activity, grid.step) if long.idle_ratio >= rules.min_idle_ratio else None
             if period is not None and period[1] < settings[DIP_MIN_PERIODICITY]:
                 period = None
-            cause = verdict(attribution, rules)
-            results.append(GpuVerdict(
+            results.append(self._published(GpuVerdict(
                 # A GPU that waits on something has work waiting, however quiet its owner's CPU.
                 index=str(index), uuid=uuid, owner=owner, demand=active or cause in EVIDENCE_ORDER,
-                verdict=cause, attribution=attribution,
+                verdict=cause, attribution=long,
                 dip_period_seconds=period[0] if period else None, dip_strength=period[1] if period else None,
-                links=tuple(a for a, _ in links), busy_signal=signal[g],
-            ))
-        results = _mark_stragglers(results, busy, settings)
+                links=tuple(a for a, _ in links), busy_signal=act.signal,
+            ), inputs.end))
+        results = _mark_stragglers(results, settings)
         return NodeVerdict(tuple(results), _node_verdict(results), _node_waits(results))
+
+    def _published(self, result: GpuVerdict, end: float) -> GpuVerdict:
+        cause, age = self.hysteresis.publish(result.uuid, result.verdict, end)
+        return replace(result, verdict=cause, verdict_seconds=age)
+
+
+def _raised(long_verdict: str, short: Attribution, rules: VerdictRules) -> str:
+    """The long window's verdict, or a cause that dominates the short window's idle time while
+    the long window does not name it yet (an onset; the long window confirms it later)."""
+    recent = verdict(short, rules)
+    if recent == long_verdict or recent in ("none", "throttled", "insufficient_work"):
+        return long_verdict
+    if short.wait_ratio.get(recent, 0.0) >= SHORT_DOMINANCE * short.idle_ratio:
+        return recent
+    return long_verdict
+
+
+def _widened(values: Sequence[float]) -> list[float]:
+    """Each instant's value, or its neighbours' where larger (one sampling interval either side)."""
+    n = len(values)
+    return [max(values[max(0, i - 1):i + 2]) for i in range(n)]
+
+
+def _strongest(a: Sequence[float], b: Sequence[float] | None) -> list[float]:
+    return list(a) if b is None else [max(x, y) for x, y in zip(a, b)]
+
+
+class _OwnerScope:
+    """The owners' host side on the grid: CPU use, runnable and IO-blocked threads, from the
+    slow-tier reads of the GPU source (one every --slow.interval)."""
+
+    def __init__(self, inputs: AnalysisInputs, grid: Grid, settings: Settings) -> None:
+        self.view = inputs.views.get("gpu_device")
+        self.grid = grid
+        self.slow = settings.slow_interval
+
+
+@dataclass
+class _Owned:
+    """One owner's evidence scope. ``known`` is False for a GPU whose owner cannot be told
+    (processes not readable): host-wide evidence then counts, at host strength."""
+
+    known: bool
+    cores: list[float] | None
+    runnable: list[float]
+    blocked: list[bool]
+
+    @classmethod
+    def of(cls, scope: _OwnerScope, owner: str) -> "_Owned":
+        n = len(scope.grid)
+        if not owner or scope.view is None:
+            return cls(False, None, [float("nan")] * n, [False] * n)
+        series = gpu_window.owner_series(scope.view, owner)
+        gap = HOLD_INTERVALS * scope.slow
+        cores = scope.grid.rates(series.cpu_seconds, gap)
+        runnable = scope.grid.hold(series.running, gap)
+        # A read of the D-state threads is a snapshot every slow interval, and a periodic wait
+        # can fall between snapshots for a while: an owner seen waiting on IO at any read of
+        # the window is one whose threads wait for reads; one never seen so is not.
+        seen = any(b == b and b >= 1 for b in series.blocked.values)
+        blocked = [seen] * n
+        return cls(True, cores, runnable, blocked)
+
+    def scoped(self, host: Sequence[bool]) -> list[float]:
+        """Host-wide IO evidence for this owner: direct when its own threads were seen blocked
+        on IO in the window; host strength where the owner is unknown; absent otherwise,
+        as the reads are another tenant's (a task that waits for a read sleeps in D state)."""
+        if not self.known:
+            return [HOST if h else 0.0 for h in host]
+        return [DIRECT if h and b else 0.0 for h, b in zip(host, self.blocked)]
+
+    def writes(self, host: Sequence[bool]) -> list[float]:
+        """Host-wide write bursts (a checkpoint) for this owner: direct where its threads were
+        blocked on IO (writers throttled on dirty pages sleep in D state); host strength
+        elsewhere, as buffered writes reach the disk from the kernel's flusher threads, not the
+        writer, so a quiet owner may still be the one saving, or another tenant may."""
+        return [(DIRECT if b else HOST) if h else 0.0 for h, b in zip(host, self.blocked)]
 
 
 def _devices(inputs: AnalysisInputs) -> dict[str, GpuDevice]:
@@ -173,7 +317,7 @@ def _primary_owner(info: GpuDevice | None) -> str:
     return max(uses, key=lambda u: (u.processes, u.owner)).owner
 
 
-def _mark_stragglers(results: list[GpuVerdict], busy, settings: Settings) -> list[GpuVerdict]:
+def _mark_stragglers(results: list[GpuVerdict], settings: Settings) -> list[GpuVerdict]:
     """In each owner's group of GPUs, the one the others wait for: it computes the longest
     while its peers' idle time is spent waiting on it (A12)."""
     groups: dict[str, list[GpuVerdict]] = {}

@@ -214,6 +214,9 @@ def _storage(small_random: bool) -> Callable[[Scenario, float], NodeState]:
         computing = phase(t, p.period) < p.duty
         loader_cores(node, 0.2)
         node.owner_cpu_cores = 0.6
+        # Storage is the bottleneck, so the loader's readers are never done: while the GPU
+        # computes they already wait on the next batch's reads (D state).
+        node.owner_blocked_threads = 12.0
         if computing:
             _all_gpus(node, compute)
             return node
@@ -240,6 +243,8 @@ def _nfs_metadata(s: Scenario, t: float) -> NodeState:
     node = baseline(s)
     computing = phase(t, s.params.period) < s.params.duty
     node.owner_cpu_cores = 0.5
+    # The readers wait on the server for the next files while the GPU computes, too.
+    node.owner_blocked_threads = 8.0
     if computing:
         _all_gpus(node, compute)
     else:
@@ -330,7 +335,9 @@ def _straggler(s: Scenario, t: float) -> NodeState:
         elif x < p.duty:
             compute(g)
         else:
-            g.util = 0.02  # spinning in the collective, waiting for the slow peer
+            # Waiting in the collective for the slow peer: NCCL's kernel stays resident
+            # (utilization 100 %) on the few SMs its channels occupy, moving nothing yet.
+            g.util, g.sm_active, g.mem_bw = 1.0, 0.15, 0.02
     # The AllReduce itself is short and lands after the straggler finishes.
     if x >= 0.95:
         for port in node.rdma.values():

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from gpuwait.analysis.attribution import DIRECT
 from gpuwait.collectors.workload.window import OwnerWorkload
 from gpuwait.core.config import Option, Settings, parse_fraction
 
@@ -52,33 +53,33 @@ def demand(report: OwnerWorkload, settings: Settings) -> bool:
 
 
 def with_data_wait(
-    evidence: Mapping[str, Sequence[bool]], busy: Sequence[float], idle_threshold: float, report: OwnerWorkload,
-    settings: Settings,
-) -> dict[str, Sequence[bool]]:
-    """``evidence`` with the idle samples the reported data wait explains added to storage or
-    data_pipeline; unchanged when the loop reports no data wait worth counting."""
+    evidence: Mapping[str, Sequence[float]], idle: Sequence[float], report: OwnerWorkload, settings: Settings,
+) -> dict[str, Sequence[float]]:
+    """``evidence`` with the idle instants the reported data wait explains added to storage or
+    data_pipeline as direct evidence; unchanged when the loop reports no data wait worth
+    counting."""
     share = report.data_wait_ratio
     out = dict(evidence)
     if share is None or share < settings[MIN_DATA_WAIT]:
         return out
-    n = len(busy)
-    idle = [i for i, u in enumerate(busy) if u == u and u < idle_threshold]
-    samples = sum(1 for u in busy if u == u)
-    budget = min(len(idle), round(share * samples))
+    n = len(idle)
+    idle_at = [i for i, x in enumerate(idle) if x == x and x >= 0.5]
+    samples = sum(1 for x in idle if x == x)
+    budget = min(len(idle_at), round(share * samples))
     if budget <= 0:
         return out
-    storage = evidence.get("storage") or [False] * n
-    cpu = evidence.get("data_pipeline") or [False] * n
+    storage = evidence.get("storage") or [0.0] * n
+    cpu = evidence.get("data_pipeline") or [0.0] * n
     inferred = [evidence[c] for c in ("host_transfer", "sync", "network") if evidence.get(c) is not None]
-    host_side = [i for i in idle if storage[i] or cpu[i]]
-    unexplained = [i for i in idle if not (storage[i] or cpu[i]) and not any(e[i] for e in inferred)]
-    weaker = [i for i in idle if not (storage[i] or cpu[i]) and any(e[i] for e in inferred)]
+    host_side = [i for i in idle_at if storage[i] or cpu[i]]
+    unexplained = [i for i in idle_at if not (storage[i] or cpu[i]) and not any(e[i] for e in inferred)]
+    weaker = [i for i in idle_at if not (storage[i] or cpu[i]) and any(e[i] for e in inferred)]
     chosen = (host_side + unexplained + weaker)[:budget]
-    target = "storage" if sum(storage[i] for i in idle) > sum(cpu[i] for i in idle) else "data_pipeline"
-    marked = list(out.get(target) or [False] * n)
+    target = "storage" if sum(bool(storage[i]) for i in idle_at) > sum(bool(cpu[i]) for i in idle_at) else "data_pipeline"
+    marked = list(out.get(target) or [0.0] * n)
     for i in chosen:
-        marked[i] = True
-    # Both precede host_transfer, sync and network in the attribution order, so the marked
-    # samples count as a data wait whatever weaker evidence they carry.
+        # The loop's own measurement is the most direct evidence there is (A8): it outranks
+        # whatever the host suggests at the same instant.
+        marked[i] = DIRECT + 1.0
     out[target] = marked
     return out

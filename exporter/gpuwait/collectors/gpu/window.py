@@ -197,6 +197,17 @@ def utilization(view: WindowView, gpu: tuple[str, str]) -> Column:
     return view.series((UTIL, *gpu))
 
 
+def memory_busy(view: WindowView, gpu: tuple[str, str]) -> Column:
+    """The driver's memory-controller utilization (fraction of time memory was read or
+    written) per row, from the same samples as ``utilization``."""
+    return view.series((MEM, *gpu))
+
+
+def dram_active(view: WindowView, gpu: tuple[str, str]) -> Column:
+    """GPM DRAM activity (0..1 of peak bandwidth) per row; NaN throughout without GPM."""
+    return view.series(("dram", *gpu))
+
+
 def clock_event_reasons(view: WindowView, gpu: tuple[str, str]) -> Column:
     """The clock-event reason bitmask (core.facts.CLOCK_EVENT_REASONS) per row."""
     return view.series((REASONS, *gpu))
@@ -217,6 +228,22 @@ class OwnerActivity(NamedTuple):
     cores: float
     #: its threads in uninterruptible sleep (D state) at the latest read
     blocked: float
+
+
+class OwnerSeries(NamedTuple):
+    """One owner's host side over the window, one value per slow-tier read."""
+
+    #: CPU seconds used by its processes and their descendants (a counter)
+    cpu_seconds: Column
+    #: its threads in R state (running or runnable) at each read
+    running: Column
+    #: its threads in D state (uninterruptible sleep, e.g. waiting for a read) at each read
+    blocked: Column
+
+
+def owner_series(view: WindowView, owner: str) -> OwnerSeries:
+    return OwnerSeries(view.series((_OWNER_CPU, owner)), view.series((_OWNER_RUNNING, owner)),
+                       view.series((_OWNER_BLOCKED, owner)))
 
 
 def owner_activity(view: WindowView) -> dict[str, OwnerActivity]:
