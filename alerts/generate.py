@@ -749,9 +749,10 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _str(dumper: yaml.SafeDumper, value: str):
-    # Literal blocks for multi-line text and for any placeholder the chart replaces: whatever
-    # a setting holds (quotes, colons, hashes) stays inside the block as plain text.
-    literal = "\n" in value or "<<" in value
+    # Literal blocks for multi-line text and for text around a placeholder the chart replaces:
+    # whatever a setting holds (quotes, colons, hashes) stays inside the block as plain text. A
+    # value that is one placeholder alone is a duration (`for`), which the chart's schema checks.
+    literal = "\n" in value or ("<<" in value and not mixin.PLACEHOLDER.fullmatch(value))
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if literal else None)
 
 
