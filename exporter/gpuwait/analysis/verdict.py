@@ -26,6 +26,17 @@ from gpuwait.stats.series import interval_rates
 
 #: Usable bytes per second per lane by PCIe generation (line rate less encoding overhead).
 PCIE_LANE_BYTES_PER_SECOND = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.56e9}
+
+
+def pcie_link_capacity(generation: int | None, width: int | None) -> float | None:
+    """Bytes per second one direction of a link carries at its trained generation and width;
+    None for a generation or width that is unknown."""
+    per_lane = PCIE_LANE_BYTES_PER_SECOND.get(generation or 0)
+    if per_lane is None or not width or width <= 0:
+        return None
+    return per_lane * width
+
+
 #: Clock-event reasons that mean the GPU is held below the clocks it asked for.
 CLOCK_LIMIT_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # power cap, HW slowdown, SW/HW thermal, power brake
 #: A grid value is as good as its source's last samples for this many sampling intervals.
@@ -262,8 +273,8 @@ class VerdictAnalyser:
     def _host_transfer(view: WindowView, grid: _Grid, g, info, settings: Settings) -> list[bool]:
         link = getattr(info, "pcie", None)
         generation, width = getattr(link, "generation", None), getattr(link, "width", None)
-        capacity = PCIE_LANE_BYTES_PER_SECOND.get(generation or 0, 0.0) * (width or 0)
-        if capacity <= 0:
+        capacity = pcie_link_capacity(generation, width)
+        if not capacity:
             return [False] * len(grid.times)
         gap = HOLD_INTERVALS * grid.step
         rate = grid.summed_rates(view, (("pcie_rx",) + g, ("pcie_tx",) + g), gap)

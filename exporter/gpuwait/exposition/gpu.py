@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from gpuwait.analysis.verdict import pcie_link_capacity
 from gpuwait.collectors import CollectorSpec, Sample, Snapshot, SourceSpec
 from gpuwait.config import Settings
 from gpuwait.nvml.values import CLOCK_EVENT_REASONS
@@ -102,6 +103,8 @@ def _slow(data: GpuDeviceData, has_gpm_pcie: set[tuple[str, str]]) -> Iterator[S
             yield Sample("gpuwait_gpu_pcie_link_gpu_max_generation", labels, g.pcie.gpu_max_generation)
             yield Sample("gpuwait_gpu_pcie_link_width", labels, g.pcie.width)
             yield Sample("gpuwait_gpu_pcie_link_max_width", labels, g.pcie.max_width)
+            yield Sample("gpuwait_gpu_pcie_link_capacity_bytes_per_second", labels,
+                         pcie_link_capacity(g.pcie.generation, g.pcie.width))
         yield Sample("gpuwait_gpu_pcie_replays_total", labels, g.pcie_replays)
         if g.pcie_throughput is not None and labels not in has_gpm_pcie:
             yield Sample("gpuwait_gpu_pcie_throughput_bytes_per_second", labels + ("tx",), g.pcie_throughput[0])
