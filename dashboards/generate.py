@@ -607,9 +607,13 @@ def sync() -> dict:
     b.add(ts("Mean utilization per node of the owner", "The owner's GPUs averaged per node: the node that "
              "computes longest is the one the others wait for.", "A12", "percentunit",
              [Q(per_node, "{{instance}} {{owner}}")], minimum=0, maximum=1))
-    b.add(ts("Utilization spread across nodes", "Busiest minus least busy node of each owner.", "A12", "percentunit",
-             [Q(f"max by (owner) ({per_node}) - min by (owner) ({per_node})", "{{owner}}")], minimum=0))
     recorded = "workload_instance:gpuwait_gpu_window_utilization_mean_ratio"
+    workload = f"{CL}, namespace, job, workload"
+    b.add(ts("Utilization spread across nodes", "Busiest minus least busy node of each workload: the owners on "
+             "every node grouped as the cross-node rules group them (a Kubernetes job's worker pods, one per "
+             "node, by their controlling owner; a Slurm job by its id).", "A12", "percentunit",
+             [Q(f"max by ({workload}) ({recorded}:avg{{{NODE}}}) - min by ({workload}) ({recorded}:avg{{{NODE}}})",
+                "{{workload}}")], minimum=0))
     b.add(ts("The straggling node (recorded)", "Each node's mean utilization minus the mean of the workload's "
              "other nodes, and how long those others waited at the barrier, from the cross-node recording "
              "rules (alerts/gpuwait-recording-rules.yml) that GpuSyncStraggler fires on: the node far above "
