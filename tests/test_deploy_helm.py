@@ -21,6 +21,7 @@ import yaml
 from gpuwait import server  # noqa: F401  (registers web.* flags the manifests pass)
 from gpuwait.collectors import registry
 from gpuwait.config import COLLECTOR_DEFAULTS, resolve
+import kube_stack
 from support import REPO
 from test_deploy_kubernetes import validate
 
@@ -114,6 +115,23 @@ def test_values_the_chart_does_not_know_are_refused_by_name(values, key):
         render(values)
 
 
+@pytest.mark.parametrize("values, job", [({}, "serviceMonitor/gpuwait/gpuwait/0"),
+                                          ({"serviceMonitor": {"enabled": False}, "podMonitor": {"enabled": True}},
+                                           "podMonitor/gpuwait/gpuwait/0")])
+def test_the_operators_scrape_job_for_the_monitor_is_valid_configuration(tmp_path, values, job):
+    """The scrape job the Operator makes of the monitor (tests/kube_stack.py), the chart's
+    relabelings in it, passes promtool; the stack test runs the ServiceMonitor's for real."""
+    (monitor,) = kube_stack.selected(render(values), "PodMonitor" if "podMonitor" in values else "ServiceMonitor",
+                                     {"release": "kube-prometheus-stack"})
+    scrape = kube_stack.scrape_config(monitor, 0, [str(tmp_path / "targets.yml")])
+    assert scrape["job_name"] == job and scrape["honor_labels"] is True
+    assert {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "instance", "action": "replace"} in scrape["relabel_configs"]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump({"scrape_configs": [scrape]}))
+    r = subprocess.run(["promtool", "check", "config", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 # -- the same rules and dashboards ------------------------------------------------------------------
 
 def test_the_prometheusrule_is_alerts_rules():
@@ -166,36 +184,12 @@ def test_values_yaml_carries_the_mixin_config_and_the_generated_files_are_fresh(
 
 # -- the AlertmanagerConfig ----------------------------------------------------------------------
 
-def as_alertmanager_yml(spec: dict, namespace: str) -> dict:
-    """The AlertmanagerConfig as the Operator merges it into Alertmanager's configuration: a
-    route under the root matching its namespace, receivers and inhibitions confined to it."""
-    def matchers(items):
-        return [f'{m["name"]}{m.get("matchType", "=")}"{m["value"]}"' for m in items]
-
-    def route(r):
-        out = {"receiver": r["receiver"]} if "receiver" in r else {}
-        keys = {"groupBy": "group_by", "groupWait": "group_wait", "groupInterval": "group_interval",
-                "repeatInterval": "repeat_interval", "continue": "continue"}
-        out.update({keys[k]: v for k, v in r.items() if k in keys})
-        if r.get("matchers"):
-            out["matchers"] = matchers(r["matchers"])
-        if r.get("routes"):
-            out["routes"] = [route(c) for c in r["routes"]]
-        return out
-
-    top = route(spec["route"])
-    top["matchers"] = [f'namespace="{namespace}"', *top.get("matchers", [])]
-    return {
-        "route": {"receiver": "null", "routes": [top]},
-        "receivers": [{"name": "null"}, *({"name": r["name"]} for r in spec["receivers"])],
-        "inhibit_rules": [{"source_matchers": [f'namespace="{namespace}"', *matchers(i["sourceMatch"])],
-                           "target_matchers": [f'namespace="{namespace}"', *matchers(i["targetMatch"])],
-                           **({"equal": i["equal"]} if i.get("equal") else {})} for i in spec["inhibitRules"]],
-    }
-
-
 def test_alertmanagerconfig_is_alerts_alertmanager_yml_and_amtool_accepts_it(tmp_path):
-    spec = one(render({"alertmanagerConfig": {"enabled": True}}), "AlertmanagerConfig")["spec"]
+    """Merged into kube-prometheus-stack's default configuration the way the Operator does it:
+    the same routing by severity and the same inhibitions as alerts/alertmanager.yml, confined
+    to the release's namespace, and the stack's own routes (Watchdog) untouched."""
+    amconfig = one(render({"alertmanagerConfig": {"enabled": True}}), "AlertmanagerConfig")
+    spec = amconfig["spec"]
     receivers = {r["name"] for r in spec["receivers"]}
 
     def names(r):
@@ -205,19 +199,23 @@ def test_alertmanagerconfig_is_alerts_alertmanager_yml_and_amtool_accepts_it(tmp
 
     assert set(names(spec["route"])) <= receivers
     source = yaml.safe_load((ALERTS / "alertmanager.yml").read_text())
-    config = as_alertmanager_yml(spec, "gpuwait")
-    # The same inhibitions and routing as alerts/alertmanager.yml, namespace aside.
-    assert [{k: [m for m in v if not m.startswith("namespace=")] if k.endswith("matchers") else v for k, v in rule.items()}
-            for rule in config["inhibit_rules"]] == source["inhibit_rules"]
+    base = kube_stack.stack_alertmanager()
+    config = kube_stack.alertmanager_configuration(base, amconfig)
+    ours = config["inhibit_rules"][len(base["inhibit_rules"]):]
+    assert all(m[0] == 'namespace="gpuwait"' for rule in ours for m in (rule["source_matchers"], rule["target_matchers"]))
+    assert [{k: v[1:] if k.endswith("matchers") else v for k, v in rule.items()} for rule in ours] == source["inhibit_rules"]
     assert config["route"]["routes"][0]["group_by"] == source["route"]["group_by"]
     path = tmp_path / "alertmanager.yml"
     path.write_text(yaml.safe_dump(config))
     r = subprocess.run(["amtool", "check-config", str(path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    for severity, receiver in (("critical", "pager"), ("warning", "tickets"), ("info", "context-only")):
-        r = subprocess.run(["amtool", "config", "routes", "test", f"--config.file={path}", "namespace=gpuwait",
-                            f"severity={severity}"], capture_output=True, text=True, timeout=60)
-        assert r.stdout.strip() == receiver, (severity, r.stdout, r.stderr)
+    for labels, receiver in ((["namespace=gpuwait", "severity=critical"], "gpuwait/gpuwait/pager"),
+                             (["namespace=gpuwait", "severity=warning"], "gpuwait/gpuwait/tickets"),
+                             (["namespace=gpuwait", "severity=info"], "gpuwait/gpuwait/context-only"),
+                             (["alertname=Watchdog", "severity=none"], "null")):
+        r = subprocess.run(["amtool", "config", "routes", "test", f"--config.file={path}", *labels],
+                           capture_output=True, text=True, timeout=60)
+        assert r.stdout.strip() == receiver, (labels, r.stdout, r.stderr)
 
 
 # -- the host's NFS mounts -------------------------------------------------------------------------
