@@ -157,9 +157,11 @@ avg by ({WORKLOAD_NODE}) (
 )""", "A12"),
         Record("workload_instance:gpuwait_gpu_barrier_wait_ratio:avg", f"""
 # Waiting at a collective: the exporter calls it sync when it sees the late peer on its own
-# node, network when the peer is on another node (it then sees only the link bursting).
+# node, network when the peer is on another node (it then sees only the link bursting). Summed
+# without `cause` alone, so that the target's labels (namespace under the Prometheus Operator)
+# stay for the cross-node comparison.
 avg by ({WORKLOAD_NODE}) (
-  sum by ({GPU}) (gpuwait_gpu_wait_ratio{{cause=~"sync|network"}})
+  sum without (cause) (gpuwait_gpu_wait_ratio{{cause=~"sync|network"}})
   * on({GPU}) group_left(workload) gpu:gpuwait_gpu_owner:info
 )""", "A10, A12"),
         Record("workload:gpuwait_instances:count",
