@@ -603,7 +603,7 @@ def sync() -> dict:
              "still computed.", "A12", "percentunit",
              [Q(f'gpuwait_gpu_wait_ratio{{{GPU}, cause="sync"}}', "{{instance}} GPU {{gpu}}")], minimum=0, maximum=1))
     b.row("Across nodes of one job (A12)")
-    per_node = f"avg by ({CL}, instance, owner) ({owned(util)} * on({CL}, job, instance, gpu) group_left(owner) max by ({CL}, instance, gpu, owner) (gpuwait_gpu_owner_info{{{OWNER}}}))"
+    per_node = f"avg by ({CL}, job, instance, owner) ({owned(util)} * on({CL}, job, instance, gpu) group_left(owner) max by ({CL}, job, instance, gpu, owner) (gpuwait_gpu_owner_info{{{OWNER}}}))"
     b.add(ts("Mean utilization per node of the owner", "The owner's GPUs averaged per node: the node that "
              "computes longest is the one the others wait for.", "A12", "percentunit",
              [Q(per_node, "{{instance}} {{owner}}")], minimum=0, maximum=1))
