@@ -12,6 +12,7 @@ chart and the committed files come from the same rules and dashboards.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import pathlib
 import re
 import sys
@@ -49,6 +50,16 @@ CLAIM_ID = re.compile(r"\bA(?:1[0-4]|[1-9])\b")
 PLACEHOLDER = re.compile(r"<<([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)>>")
 #: Label names as Prometheus accepts them.
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def load_module(name: str, path: pathlib.Path):
+    """A generator script (alerts/generate.py, dashboards/generate.py, deploy/*/generate.py) as
+    a module; the generators are scripts, not a package, and use one another this way."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
 
 
 class ConfigError(Exception):

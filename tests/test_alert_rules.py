@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from gpuwait.catalog import CATALOG
+from kube_stack import matches
 from support import REPO
 
 ALERTS = pathlib.Path(REPO) / "alerts"
@@ -326,21 +327,10 @@ def test_alertmanager_routes_by_severity(severity, receiver):
     assert r.stdout.strip() == receiver
 
 
-def _matches(matchers: list[str], labels: dict[str, str]) -> bool:
-    for matcher in matchers:
-        name, op, value = re.fullmatch(r'(\w+)(=~|!~|!=|=)"(.*)"', matcher).groups()
-        actual = labels.get(name, "")
-        ok = {"=": actual == value, "!=": actual != value,
-              "=~": re.fullmatch(value, actual) is not None, "!~": re.fullmatch(value, actual) is None}[op]
-        if not ok:
-            return False
-    return True
-
-
 def inhibited_by(source: dict[str, str], target: dict[str, str]) -> bool:
     """Whether the example configuration's inhibit rules mute ``target`` while ``source`` fires."""
     for rule in load(AM)["inhibit_rules"]:
-        if (_matches(rule["source_matchers"], source) and _matches(rule["target_matchers"], target)
+        if (matches(rule["source_matchers"], source) and matches(rule["target_matchers"], target)
                 and all(source.get(label, "") == target.get(label, "") for label in rule.get("equal", []))):
             return True
     return False

@@ -144,7 +144,7 @@ def test_mixin_values_reach_rules_and_dashboards_and_promtool_accepts_them(tmp_p
             "impact": {"workload_throughput": "sum by (workload) (rate(train_samples_total[5m]))"}}
     docs = render({"mixin": site})
     groups = one(docs, "PrometheusRule")["spec"]["groups"]
-    alerts = helm_generate._load("gpuwait_alerts_generate", ALERTS / "generate.py")
+    alerts = mixin.load_module("gpuwait_alerts_generate", ALERTS / "generate.py")
     values = mixin.merge(mixin.load(), site, "test")
     per_file = alerts.groups(values)
     assert groups == [g for name in sorted(per_file) for g in per_file[name]]
@@ -154,7 +154,7 @@ def test_mixin_values_reach_rules_and_dashboards_and_promtool_accepts_them(tmp_p
     (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": groups}))
     r = subprocess.run(["promtool", "check", "rules", str(tmp_path / "rules.yml")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    dashboards = helm_generate._load("gpuwait_dashboards_generate", REPO / "dashboards" / "generate.py")
+    dashboards = mixin.load_module("gpuwait_dashboards_generate", REPO / "dashboards" / "generate.py")
     expected = {n: json.loads(t) for n, t in dashboards.build_all(values).items()}
     for configmap in (d for d in docs if d["kind"] == "ConfigMap"):
         (name, body), = configmap["data"].items()

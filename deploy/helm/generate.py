@@ -21,7 +21,6 @@ chart, so `python3 deploy/kubernetes/generate.py` is the one command after a cha
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import re
@@ -46,16 +45,9 @@ class GenerateError(Exception):
     pass
 
 
-def _load(name: str, path: pathlib.Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
-
 
 def rules_files(config: dict) -> dict[str, str]:
-    alerts = _load("gpuwait_alerts_generate", REPO / "alerts" / "generate.py")
+    alerts = mixin.load_module("gpuwait_alerts_generate", REPO / "alerts" / "generate.py")
     out = {}
     for name, throughput in (("default", False), ("workload-throughput", True)):
         per_file = alerts.templated_groups(config, throughput)
@@ -70,7 +62,7 @@ def rules_files(config: dict) -> dict[str, str]:
 
 
 def dashboard_files(config: dict) -> dict[str, str]:
-    dashboards = _load("gpuwait_dashboards_generate", REPO / "dashboards" / "generate.py")
+    dashboards = mixin.load_module("gpuwait_dashboards_generate", REPO / "dashboards" / "generate.py")
     return {f"files/dashboards/{name}": text for name, text in dashboards.templated(config).items()}
 
 
