@@ -1,6 +1,7 @@
 """alerts/: the rule files pass promtool, every alert fires in one unit test and stays silent in a
-look-alike, every metric the rules use exists, the rendered files match their generator, the
-Alertmanager example is valid and inhibits what it should, and every alert has its runbook."""
+look-alike, every metric the rules use exists, the rendered files match their generator and
+mixin/config.yml, the Alertmanager example is valid and inhibits what it should, and every alert
+has its runbook."""
 
 from __future__ import annotations
 
@@ -15,10 +16,13 @@ import pytest
 import yaml
 
 from gpuwait.catalog import CATALOG
+from kube_stack import matches
 from support import REPO
 
 ALERTS = pathlib.Path(REPO) / "alerts"
 RUNBOOKS = pathlib.Path(REPO) / "docs" / "runbooks"
+sys.path.insert(0, str(REPO))
+import mixin  # noqa: E402
 # Loaded under its own name: deploy/kubernetes/generate.py is imported as `generate` elsewhere.
 _spec = importlib.util.spec_from_file_location("alerts_generate", ALERTS / "generate.py")
 generate = sys.modules["alerts_generate"] = importlib.util.module_from_spec(_spec)
@@ -44,6 +48,11 @@ def alert_rules() -> list[dict]:
 
 def alert_names() -> list[str]:
     return sorted({r["alert"] for r in alert_rules()})
+
+
+def runbook_name(alert: str) -> str:
+    """The no-impact variant of a gated alert shares the runbook of the alert."""
+    return alert.removesuffix(generate.NO_IMPACT)
 
 
 def run(*argv: str) -> subprocess.CompletedProcess:
@@ -106,25 +115,36 @@ def test_firing_tests_state_exact_labels_and_every_annotation():
         assert test.get("name"), f"{path.name}: every test says what it shows"
 
 
+GATED = {"GpuWaitingOnStorage", "GpuWaitingOnDataPipeline", "GpuWaitingOnNetwork", "GpuSyncStraggler", "GpuWaitingOnHostTransfer"}
+
+
 def test_gated_alerts_are_tested_in_both_severities():
-    """A1: a low-utilization alert is warning with impact, info without; both must be shown to fire."""
-    gated = {r["alert"] for r in alert_rules() if r["labels"]["severity"] == "warning"} & {
-        r["alert"] for r in alert_rules() if r["labels"]["severity"] == "info"}
-    assert {"GpuWaitingOnStorage", "GpuWaitingOnDataPipeline", "GpuWaitingOnNetwork", "GpuSyncStraggler",
-            "GpuWaitingOnHostTransfer"} <= gated
+    """A1: a low-utilization alert is warning with impact, and <name>NoImpact info without; both
+    must be shown to fire. One name for both would let an Alertmanager that inhibits info by
+    warning of the same alertname and namespace (kube-prometheus-stack's default) mute the
+    no-impact alert of one job behind the impact alert of another."""
+    severities = {}
+    for r in alert_rules():
+        severities.setdefault(r["alert"], set()).add(r["labels"]["severity"])
+    gated = {n for n in severities if n + generate.NO_IMPACT in severities}
+    assert gated == GATED
+    for name in gated:
+        assert severities[name] == {"warning"} and severities[name + generate.NO_IMPACT] == {"info"}, name
+    assert all(len(s) == 1 for s in severities.values()), "one severity per alert name"
     fired = {(c["alertname"], e["exp_labels"]["severity"]) for _, _, c in unit_tests() for e in c.get("exp_alerts") or []}
     for name in ("GpuWaitingOnStorage", "GpuWaitingOnDataPipeline"):
-        assert {(name, "warning"), (name, "info")} <= fired
+        assert {(name, "warning"), (name + generate.NO_IMPACT, "info")} <= fired
     for rule in alert_rules():
-        if rule["alert"] in gated:
-            word = "and" if rule["labels"]["severity"] == "warning" else "unless"
-            assert re.search(rf"\n{word} on\([^)]*\) (gpu|workload):gpuwait_gpu_impact:(bool|max)\n?$", rule["expr"]), rule["alert"]
+        name = rule["alert"]
+        if runbook_name(name) in gated:
+            word = "unless" if name.endswith(generate.NO_IMPACT) else "and"
+            assert re.search(rf"\n{word} on\([^)]*\) (gpu|workload):gpuwait_gpu_impact:(bool|max)\n?$", rule["expr"]), name
 
 
 # -- what every alert carries -------------------------------------------------------------------
 
 def test_every_alert_has_severity_annotations_claims_and_a_runbook():
-    base = load(generate.DEFAULTS)["runbook_url_base"]
+    base = load(mixin.CONFIG)["runbook_url_base"]
     assert base == "https://github.com/gpuwait/gpuwait/blob/main/docs/runbooks"
     for rule in alert_rules():
         name = rule["alert"]
@@ -133,8 +153,8 @@ def test_every_alert_has_severity_annotations_claims_and_a_runbook():
         assert set(annotations) == {"summary", "description", "claim", "runbook_url"}, name
         assert "{{" in annotations["description"], f"{name}: the description should carry values"
         assert re.fullmatch(r"A([1-9]|1[0-4])(, A([1-9]|1[0-4]))*", annotations["claim"]), name
-        assert annotations["runbook_url"] == f"{base}/{name}.md"
-        assert (RUNBOOKS / f"{name}.md").is_file(), f"no runbook for {name}"
+        assert annotations["runbook_url"] == f"{base}/{runbook_name(name)}.md"
+        assert (RUNBOOKS / f"{runbook_name(name)}.md").is_file(), f"no runbook for {name}"
 
 
 def test_required_alerts_exist():
@@ -151,10 +171,32 @@ def test_required_alerts_exist():
     assert scopes == {"node", "cross_node"}
 
 
-def test_recording_rules_follow_level_metric_operations():
+def test_recording_rules_follow_level_metric_operations_and_cite_their_claims():
     for rule in rules():
         if "record" in rule:
             assert re.fullmatch(r"[a-z_]+:gpuwait_[a-z0-9_]+:[a-z0-9_]+", rule["record"]), rule["record"]
+            first = rule["expr"].splitlines()[0]
+            assert first.startswith("# Serves ") and mixin.CLAIM_ID.search(first), rule["record"]
+
+
+def test_rules_keep_the_cluster_label_and_select_the_job_from_the_config():
+    """Every aggregation and join keeps the cluster label (one Prometheus, Thanos or Mimir over
+    several clusters), and `up` is read through the configured job selector, which matches a
+    plain job, the chart's ServiceMonitor job and a PodMonitor's <namespace>/<name>."""
+    cluster = load(mixin.CONFIG)["labels"]["cluster"]
+    for where, expr in expressions():
+        body = re.sub(r"#[^\n]*", "", expr)
+        for clause in re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", body):
+            names = {n.strip() for n in clause.split(",")}
+            if names & {"instance", "workload", "uid"}:
+                assert cluster in names, (where, clause)
+        if re.search(r"\bup\b", body) and not where.endswith("annotation"):
+            assert load(mixin.CONFIG)["selectors"]["job"] in body, where
+    selector = re.fullmatch(r'job=~"(.*)"', load(mixin.CONFIG)["selectors"]["job"])[1]
+    for job in ("gpuwait", "gpuwait/gpuwait", "monitoring/gpuwait"):
+        assert re.fullmatch(selector, job), job
+    for job in ("node-exporter", "monitoring/gpuwait-proxy", "gpuwaiter"):
+        assert not re.fullmatch(selector, job), job
 
 
 # -- every metric referenced exists --------------------------------------------------------------
@@ -205,7 +247,7 @@ def test_every_metric_in_the_rules_is_in_the_catalog_or_recorded():
 # -- the generator -------------------------------------------------------------------------------
 
 def test_rendered_rule_files_are_up_to_date():
-    fresh = generate.render(generate.load_values())
+    fresh = generate.render(mixin.load())
     assert {name: (ALERTS / name).read_text() for name in fresh} == fresh, "run: python3 alerts/generate.py"
     assert {p.name for p in RULE_FILES} == set(fresh)
     r = run(sys.executable, str(ALERTS / "generate.py"), "--check")
@@ -232,11 +274,40 @@ def test_a_values_file_overrides_thresholds(tmp_path):
     assert generate.main(["--out", str(out), "--check"]) == 1
 
 
-def test_a_values_file_with_an_unknown_setting_is_refused(tmp_path, capsys):
+@pytest.mark.parametrize("text, message", [
+    ("wait:\n  min_ration: 0.3\n", "unknown setting wait.min_ration"),
+    ("wait: 0.3\n", "wait is a section"),
+    ("wait:\n  min_ratio: high\n", "wait.min_ratio must be a number"),
+    ("labels:\n  cluster: k8s-cluster\n", "labels.cluster must be a label name"),
+    ("wait:\n  min_ratio: [0.3\n", "not valid YAML"),
+])
+def test_a_config_file_with_a_bad_setting_is_refused_naming_the_key_and_the_file(tmp_path, capsys, text, message):
     site = tmp_path / "site.yml"
-    site.write_text("wait:\n  min_ration: 0.3\n")
-    assert generate.main(["--values", str(site), "--out", str(tmp_path)]) == 2
-    assert "wait.min_ration" in capsys.readouterr().err
+    site.write_text(text)
+    assert generate.main(["--config", str(site), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(site) in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_placeholders_render_the_same_rules_once_substituted():
+    """The chart's PrometheusRule is the placeholder render with its values substituted: with
+    the defaults it must be the committed rules exactly, for any setting a literal block keeps
+    the YAML intact, and every setting the rules use is one of mixin/config.yml."""
+    config = mixin.load()
+
+    def substituted(values: dict) -> dict:
+        templated = generate.templated_groups(config, bool(values["impact"]["workload_throughput"]))
+        return {name: yaml.safe_load(mixin.substitute(generate.dump(g), values)) for name, g in templated.items()}
+
+    throughput = {"impact": {"workload_throughput": "sum by (workload) (rate(train_samples_total[5m]))"}}
+    odd = {"selectors": {"job": 'job=~"a: b #c|\'d\'"'}, "runbook_url_base": "https://x.example/a: b#c",
+           "workload": {"kubernetes_pod_regex": '(.+)-\\d+ #"x"'}}
+    for override in ({}, throughput, odd):
+        values = mixin.merge(config, override, "test")
+        assert substituted(values) == generate.groups(values), override
+    used = {m for g in generate.templated_groups(config, True).values() for m in mixin.PLACEHOLDER.findall(generate.dump(g))}
+    assert used <= set(mixin.leaves(config)) and "selectors.job" in used and "labels.cluster" in used
 
 
 # -- Alertmanager --------------------------------------------------------------------------------
@@ -256,21 +327,10 @@ def test_alertmanager_routes_by_severity(severity, receiver):
     assert r.stdout.strip() == receiver
 
 
-def _matches(matchers: list[str], labels: dict[str, str]) -> bool:
-    for matcher in matchers:
-        name, op, value = re.fullmatch(r'(\w+)(=~|!~|!=|=)"(.*)"', matcher).groups()
-        actual = labels.get(name, "")
-        ok = {"=": actual == value, "!=": actual != value,
-              "=~": re.fullmatch(value, actual) is not None, "!~": re.fullmatch(value, actual) is None}[op]
-        if not ok:
-            return False
-    return True
-
-
 def inhibited_by(source: dict[str, str], target: dict[str, str]) -> bool:
     """Whether the example configuration's inhibit rules mute ``target`` while ``source`` fires."""
     for rule in load(AM)["inhibit_rules"]:
-        if (_matches(rule["source_matchers"], source) and _matches(rule["target_matchers"], target)
+        if (matches(rule["source_matchers"], source) and matches(rule["target_matchers"], target)
                 and all(source.get(label, "") == target.get(label, "") for label in rule.get("equal", []))):
             return True
     return False
@@ -303,7 +363,7 @@ def test_alertmanager_inhibits_what_a_more_specific_alert_explains():
 
 # -- runbooks ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", alert_names())
+@pytest.mark.parametrize("name", sorted({runbook_name(n) for n in alert_names()}))
 def test_runbook_follows_the_method(name):
     text = (RUNBOOKS / f"{name}.md").read_text()
     assert text.startswith(f"# {name}\n")
@@ -318,9 +378,13 @@ def test_runbook_follows_the_method(name):
 
 def test_runbook_index_lists_every_alert_and_its_look_alikes():
     index = (RUNBOOKS / "README.md").read_text()
-    for name in alert_names():
+    names = {runbook_name(n) for n in alert_names()}
+    for name in names:
         assert f"[{name}]({name}.md)" in index, name
-    assert {p.stem for p in RUNBOOKS.glob("*.md")} - {"README"} == set(alert_names())
+    assert {p.stem for p in RUNBOOKS.glob("*.md")} - {"README"} == names
+    # A gated alert's runbook says what its no-impact variant is.
+    for name in GATED:
+        assert f"{name}{generate.NO_IMPACT}" in (RUNBOOKS / f"{name}.md").read_text(), name
 
 
 # -- the rules against the exporter's own series -------------------------------------------------
@@ -415,15 +479,6 @@ def test_simulated_scenarios_fire_the_alert_the_verdict_names(scenario, tmp_path
     assert all(a["instance"] == SIM_INSTANCE and a["severity"] in SEVERITIES for a in got)
 
 
-def test_kubernetes_prometheusrule_carries_every_group_and_skips_the_alertmanager_example():
-    spec = importlib.util.spec_from_file_location("kubernetes_generate", pathlib.Path(REPO) / "deploy" / "kubernetes" / "generate.py")
-    kube = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(kube)
-    files = kube.render_rules(ALERTS)
-    rule = yaml.safe_load(files["prometheus-rules/prometheusrule.yaml"])
-    assert rule["spec"]["groups"] == [g for p in RULE_FILES for g in load(p)["groups"]]
-
-
 def test_workload_throughput_below_its_baseline_is_impact(tmp_path):
     """A1 where the workload reports its throughput: a job whose GPUs were busy until its
     throughput fell is `warning` as soon as the drop shows, without waiting the impact window."""
@@ -437,7 +492,7 @@ def test_workload_throughput_below_its_baseline_is_impact(tmp_path):
     def case(samples: str) -> list[dict[str, str]]:
         busy, slow = minutes - 60, 60
         series = [
-            {"series": f"gpuwait_gpu_owner_info{{{gpu},owner=\"slurm:48213\",owner_kind=\"slurm\",namespace=\"\",pod=\"\","
+            {"series": f"gpuwait_gpu_owner_info{{{gpu},owner=\"slurm:48213\",owner_kind=\"slurm\",owner_namespace=\"\",owner_pod=\"\","
                        f"pod_uid=\"\",container_id=\"\",slurm_job=\"48213\",slurm_uid=\"1001\",unit=\"\"}}", "values": f"1x{minutes}"},
             {"series": f"gpuwait_gpu_demand{{{gpu}}}", "values": f"1x{minutes}"},
             {"series": f"gpuwait_gpu_window_utilization_mean_ratio{{{gpu}}}", "values": f"0.95x{busy} 0.48x{slow}"},
@@ -448,10 +503,11 @@ def test_workload_throughput_below_its_baseline_is_impact(tmp_path):
         ]
         test = {"rule_files": [str(p) for p in sorted(out.glob("*.yml"))], "evaluation_interval": "1m", "tests": [{
             "interval": "1m", "input_series": series,
-            "alert_rule_test": [{"eval_time": f"{minutes - 5}m", "alertname": "GpuWaitingOnDataPipeline", "exp_alerts": []}]}]}
+            "alert_rule_test": [{"eval_time": f"{minutes - 5}m", "alertname": name, "exp_alerts": []}
+                                for name in ("GpuWaitingOnDataPipeline", "GpuWaitingOnDataPipelineNoImpact")]}]}
         return firing(test, tmp_path)
 
     steady = f"0+60000x{minutes}"
     dropped = f"0+60000x{minutes - 60} {60000 * (minutes - 60) + 30000}+30000x59"
-    assert [a["severity"] for a in case(steady)] == ["info"]
-    assert [a["severity"] for a in case(dropped)] == ["warning"]
+    assert [(a["alertname"], a["severity"]) for a in case(steady)] == [("GpuWaitingOnDataPipelineNoImpact", "info")]
+    assert [(a["alertname"], a["severity"]) for a in case(dropped)] == [("GpuWaitingOnDataPipeline", "warning")]

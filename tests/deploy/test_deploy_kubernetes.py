@@ -1,8 +1,9 @@
 """deploy/kubernetes: every variant renders with kustomize, every object is valid (built-in
 kinds against Kubernetes' own schemas, shipped offline by kubernetes-validate; Prometheus
 Operator kinds against tests/fixtures/kubernetes/monitoring.coreos.com-v1.schema.yaml),
-the pieces refer to each other correctly, and the generated rules and dashboards are
-fresh."""
+the pieces refer to each other correctly, and the tree is what the Helm chart
+deploy/helm/gpuwait renders (deploy/kubernetes/generate.py), fresh, with every dashboard, the
+rules and the monitor: `--check` fails on stale or missing output."""
 
 from __future__ import annotations
 
@@ -31,10 +32,20 @@ KUBERNETES_VERSIONS = ("1.27", kubernetes_validate.latest_version())
 COMPONENTS = sorted(p.name for p in (KUBE / "components").iterdir() if (p / "kustomization.yaml").is_file())
 
 
+class Yaml12Loader(yaml.SafeLoader):
+    """kustomize writes YAML 1.2, where a bare `=` (an AlertmanagerConfig matchType) is a
+    string; PyYAML's YAML 1.1 resolver would read it as the `value` tag."""
+
+
+Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:value"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
 def kustomize(path: pathlib.Path) -> list[dict]:
     r = subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    return [d for d in yaml.safe_load_all(r.stdout) if d]
+    return [d for d in yaml.load_all(r.stdout, Loader=Yaml12Loader) if d]
 
 
 def with_components(tmp_path: pathlib.Path, *components: str) -> list[dict]:
@@ -129,7 +140,9 @@ def test_daemonset_runs_unprivileged_on_gpu_nodes_and_sees_the_host():
     container = one([{"kind": "c", **c} for c in spec["containers"]], "c")
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
-    assert spec["hostPID"] is True and not spec.get("hostNetwork")
+    # The host's PID namespace for owner attribution, its network namespace for the node's NICs
+    # (/proc/net/dev of a pod's own namespace lists only its veth), and cluster DNS from there.
+    assert spec["hostPID"] is True and spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert "runtimeClassName" not in spec  # an optional component
     assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] == 65534
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -141,7 +154,8 @@ def test_daemonset_runs_unprivileged_on_gpu_nodes_and_sees_the_host():
     # No GPU of its own: it would be taken from the workloads being watched.
     for section in container["resources"].values():
         assert set(section) == {"cpu", "memory"}
-    assert container["resources"] == {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "128Mi"}}
+    # Sized from docs/performance.md (big node: 15 % of a core, 65 MB peak).
+    assert container["resources"] == {"requests": {"cpu": "200m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
     assert container["livenessProbe"]["httpGet"]["path"] == "/-/healthy"
     assert container["readinessProbe"]["httpGet"]["path"] == "/-/ready"
 
@@ -170,7 +184,24 @@ def test_daemonset_runs_unprivileged_on_gpu_nodes_and_sees_the_host():
     assert isc["readOnlyRootFilesystem"] is True and not isc.get("privileged")
 
 
-@pytest.mark.parametrize("components", [(), ("web-config",)])
+def test_host_nfs_mountstats_component_reads_the_one_file_as_root_without_capabilities(tmp_path):
+    spec = pod_spec(with_components(tmp_path, "host-nfs-mountstats"))
+    exporter, reader = spec["containers"]
+    flags = dict(a.lstrip("-").split("=", 1) for a in exporter["args"])
+    copy = flags["collector.nfs.mountstats-path"]
+    assert exporter["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "runAsUser" not in exporter["securityContext"]  # the pod's non-root user
+    assert reader["securityContext"]["runAsUser"] == 0 and reader["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert reader["securityContext"]["allowPrivilegeEscalation"] is False and reader["securityContext"]["readOnlyRootFilesystem"]
+    script = reader["command"][-1]
+    assert "/host/proc/1/mountstats" in script and copy in script and "mv -f" in script
+    shared = {m["name"] for m in exporter["volumeMounts"] if copy.startswith(m["mountPath"] + "/")}
+    assert shared and shared <= {m["name"] for m in reader["volumeMounts"]}
+    (volume,) = [v for v in spec["volumes"] if v["name"] in shared]
+    assert volume["emptyDir"]["medium"] == "Memory"
+
+
+@pytest.mark.parametrize("components", [(), ("web-config",), ("host-nfs-mountstats",)])
 def test_container_arguments_are_exporter_flags(tmp_path, components):
     for collector in registry():
         COLLECTOR_DEFAULTS.setdefault(collector.name, collector.default_enabled)
@@ -178,8 +209,10 @@ def test_container_arguments_are_exporter_flags(tmp_path, components):
     args = pod_spec(docs)["containers"][0]["args"]
     settings, _ = resolve(args)  # raises on a flag the exporter does not have
     assert settings["path.procfs"] == "/host/proc" and settings["path.sysfs"] == "/host/sys"
-    if components:
+    if components == ("web-config",):
         assert settings["web.config.file"] == "/etc/gpuwait/web/web-config.yml"
+    if components == ("host-nfs-mountstats",):
+        assert settings["collector.nfs.mountstats-path"].startswith("/run/gpuwait/")
 
 
 def test_service_and_monitors_select_the_exporter_pods(tmp_path):
@@ -196,8 +229,11 @@ def test_service_and_monitors_select_the_exporter_pods(tmp_path):
     podmonitor = one(docs, "PodMonitor")
     assert podmonitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     container_ports = {p["name"] for p in daemonset["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    # job "gpuwait" whatever the release is named (the rules' job selector matches it).
+    assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/name" and service["metadata"]["labels"]["app.kubernetes.io/name"] == "gpuwait"
     for endpoint in (*monitor["spec"]["endpoints"], *podmonitor["spec"]["podMetricsEndpoints"]):
         assert endpoint["port"] == "metrics" and endpoint["port"] in container_ports
+        assert endpoint["honorLabels"] is True
         node_name = {r["targetLabel"] for r in endpoint["relabelings"]
                      if r.get("sourceLabels") == ["__meta_kubernetes_pod_node_name"] and r.get("action", "replace") == "replace"}
         assert node_name == {"instance", "node"}
@@ -228,109 +264,95 @@ def test_optional_components_do_what_they_say(tmp_path):
     assert volume["secret"]["defaultMode"] & 0o004 == 0 and spec["securityContext"]["fsGroup"] == 65534
 
 
-# -- generated rules and dashboards -------------------------------------------------------------
+# -- generated from the chart -------------------------------------------------------------------
 
-def test_generated_files_equal_a_fresh_render():
-    fresh = generate.render(pathlib.Path(REPO) / "alerts", pathlib.Path(REPO) / "dashboards")
-    assert generate.on_disk(KUBE / "components") == fresh, "run: python3 deploy/kubernetes/generate.py"
-    r = subprocess.run([sys.executable, str(KUBE / "generate.py"), "--check"], capture_output=True, text=True, timeout=60)
+def test_generated_files_are_fresh_and_check_says_so():
+    r = subprocess.run([sys.executable, str(KUBE / "generate.py"), "--check"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+    assert generate.on_disk(KUBE) == generate.render()
 
 
-RULES = """groups:
-  - name: gpuwait.example
-    rules:
-      - record: instance:gpuwait_example:ratio
-        expr: |
-          sum by (instance) (
-            rate(gpuwait_example_seconds_total[5m])
-          )
-      - alert: GpuwaitExampleHigh
-        expr: instance:gpuwait_example:ratio > 0.5
-        for: 10m
-        labels:
-          severity: warning
-        annotations:
-          summary: "GPU waits on {{ $labels.instance }}."
-          description: |
-            Two lines,
-            to be kept as they are.
-"""
-MORE_RULES = """groups:
-  - name: gpuwait.more
-    interval: 30s
-    rules:
-      - record: instance:gpuwait_more:sum
-        expr: sum by (instance) (gpuwait_more)
-"""
-PROMTOOL_TEST = """rule_files: [rules.yml]
-tests: []
-"""
-DASHBOARD = {"title": "GPU waits", "uid": "gpuwait-overview", "panels": [{"type": "timeseries", "title": "Idle — why"}], "schemaVersion": 39}
+def test_overlay_carries_every_dashboard_the_rules_and_the_monitor():
+    """What a kube-prometheus-stack user gets from `kubectl kustomize`: one ConfigMap per
+    dashboard, the rules of alerts/*.yml, the ServiceMonitor."""
+    docs = kustomize(KUBE / "overlays" / "kube-prometheus-stack")
+    dashboards = sorted(p.name for p in (pathlib.Path(REPO) / "dashboards" / "json").glob("*.json"))
+    assert len(dashboards) == 6
+    configmaps = by_kind(docs, "ConfigMap")
+    assert sorted(name for d in configmaps for name in d["data"]) == dashboards
+    for doc in configmaps:
+        (name, text), = doc["data"].items()
+        assert json.loads(text) == json.loads((pathlib.Path(REPO) / "dashboards" / "json" / name).read_text())
+    rules = one(docs, "PrometheusRule")["spec"]["groups"]
+    files = sorted((pathlib.Path(REPO) / "alerts").glob("gpuwait-*.yml"))
+    assert rules == [g for p in files for g in yaml.safe_load(p.read_text())["groups"]]
+    one(docs, "ServiceMonitor")
+    for doc in docs:
+        assert not {"helm.sh/chart", "app.kubernetes.io/managed-by"} & set(doc["metadata"].get("labels", {}))
 
 
-def test_generator_renders_rules_and_dashboards(tmp_path):
-    alerts, dashboards, out = tmp_path / "alerts", tmp_path / "dashboards", tmp_path / "components"
-    alerts.mkdir()
-    dashboards.mkdir()
-    (alerts / "rules.yml").write_text(RULES)
-    (alerts / "more.yaml").write_text(MORE_RULES)
-    (alerts / "rules_test.yml").write_text(PROMTOOL_TEST)
-    (dashboards / "GPU Overview.json").write_text(json.dumps(DASHBOARD))
-    argv = ["--alerts", str(alerts), "--dashboards", str(dashboards), "--out", str(out)]
-    assert generate.main(argv) == 0
-    assert generate.main([*argv, "--check"]) == 0
-
-    rule_docs = list(yaml.safe_load_all((out / "prometheus-rules/prometheusrule.yaml").read_text()))
-    assert len(rule_docs) == 1
-    validate(rule_docs[0])
-    expected = yaml.safe_load(MORE_RULES)["groups"] + yaml.safe_load(RULES)["groups"]  # files in name order
-    assert rule_docs[0]["spec"]["groups"] == expected
-    # Prometheus itself must load the groups as rendered.
-    (tmp_path / "extracted.yml").write_text(yaml.safe_dump({"groups": rule_docs[0]["spec"]["groups"]}))
-    r = subprocess.run(["promtool", "check", "rules", str(tmp_path / "extracted.yml")], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
-
-    cm_path = out / "grafana-dashboards/gpuwait-dashboard-gpu-overview.yaml"
-    configmap = yaml.safe_load(cm_path.read_text())
-    validate(configmap)
-    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
-    assert json.loads(configmap["data"]["GPU Overview.json"]) == DASHBOARD
-
-    # The components render with kustomize and carry exactly these objects.
-    shutil.copytree(KUBE / "base", tmp_path / "base")
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["base"],
-        "components": ["components/prometheus-rules", "components/grafana-dashboards"]}))
-    kinds = sorted(d["kind"] for d in kustomize(tmp_path))
-    assert kinds == ["ConfigMap", "DaemonSet", "Namespace", "PrometheusRule", "Service"]
-
-    # Stale output is detected, and output of removed sources is removed.
-    (dashboards / "GPU Overview.json").unlink()
-    assert generate.main([*argv, "--check"]) == 1
-    assert generate.main(argv) == 0
-    assert not cm_path.exists()
-    assert "resources: []" in (out / "grafana-dashboards/kustomization.yaml").read_text()
+def copy_tree(tmp_path: pathlib.Path) -> pathlib.Path:
+    out = tmp_path / "kubernetes"
+    shutil.copytree(KUBE, out)
+    return out
 
 
-def test_generator_without_sources_emits_no_objects(tmp_path):
-    out = tmp_path / "components"
-    (tmp_path / "alerts").mkdir()
-    (tmp_path / "dashboards").mkdir()
-    assert generate.main(["--alerts", str(tmp_path / "alerts"), "--dashboards", str(tmp_path / "dashboards"), "--out", str(out)]) == 0
-    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.yaml")) == [
-        "grafana-dashboards/kustomization.yaml", "prometheus-rules/kustomization.yaml"]
+def check(out: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(KUBE / "generate.py"), "--check", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("files,message", [
-    ({"a.yml": MORE_RULES, "b.yml": MORE_RULES}, "names must be unique"),
-    ({"a.yml": "rules: []\n"}, "top-level 'groups'"),
-    ({"a.yml": "groups: [\n"}, "not valid YAML"),
-])
-def test_generator_refuses_broken_rule_files(tmp_path, capsys, files, message):
-    alerts = tmp_path / "alerts"
-    alerts.mkdir()
-    for name, text in files.items():
-        (alerts / name).write_text(text)
-    assert generate.main(["--alerts", str(alerts), "--dashboards", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
-    assert message in capsys.readouterr().err
+@pytest.mark.parametrize("damage", ["no dashboards listed", "a dashboard missing", "an edited rule", "an extra file"])
+def test_check_fails_on_stale_or_empty_output(tmp_path, damage):
+    out = copy_tree(tmp_path)
+    assert check(out).returncode == 0
+    dashboards = out / "components" / "grafana-dashboards"
+    if damage == "no dashboards listed":
+        # What the tree once held: a component that renders no dashboard at all.
+        text = (dashboards / "kustomization.yaml").read_text()
+        (dashboards / "kustomization.yaml").write_text(text.split("resources:")[0] + "resources: []\n")
+    elif damage == "a dashboard missing":
+        next(dashboards.glob("gpuwait-dashboard-*.yaml")).unlink()
+    elif damage == "an edited rule":
+        rule = out / "components" / "prometheus-rules" / "prometheusrule.yaml"
+        rule.write_text(rule.read_text().replace("for: 15m", "for: 1m", 1))
+    else:
+        (dashboards / "gpuwait-dashboard-old.yaml").write_text("kind: ConfigMap\n")
+    r = check(out)
+    assert r.returncode == 1 and "stale" in r.stderr, r.stderr
+
+
+def test_a_chart_that_renders_no_dashboards_is_an_error(tmp_path):
+    chart = tmp_path / "gpuwait"
+    shutil.copytree(generate.CHART, chart)
+    for path in (chart / "files" / "dashboards").glob("*.json"):
+        path.unlink()
+    with pytest.raises(generate.GenerateError, match="0 dashboard ConfigMaps for 6 dashboards"):
+        generate.render(chart)
+    shutil.rmtree(chart / "templates")
+    (chart / "templates").mkdir()
+    with pytest.raises(generate.GenerateError, match="renders nothing for"):
+        generate.render(chart)
+
+
+def test_json_patch_only_adds():
+    base = {"a": [1, 2], "b": {"c": 1}}
+    assert generate.json_patch(base, {"a": [1, 2, 3], "b": {"c": 1, "d/e": 2}}) == [
+        {"op": "add", "path": "/a/-", "value": 3}, {"op": "add", "path": "/b/d~1e", "value": 2}]
+    for changed in ({"a": [1], "b": {"c": 1}}, {"a": [1, 2], "b": {"c": 2}}, {"a": [1, 2], "b": {}}):
+        with pytest.raises(generate.GenerateError):
+            generate.json_patch(base, changed)
+
+
+@pytest.mark.parametrize("component", sorted(generate.PATCHES))
+def test_patch_components_do_what_the_chart_value_does(tmp_path, component):
+    """One truth: base + component is the chart's DaemonSet rendered with the component's value."""
+    values, _ = generate.PATCHES[component]
+    (daemonset,) = [yaml.safe_load(text) for _, text in generate.render_chart({**generate.VALUES["default"], **values})
+                    if yaml.safe_load(text)["kind"] == "DaemonSet"]
+    rendered = one(with_components(tmp_path, component), "DaemonSet")
+    for doc in (daemonset, rendered):
+        doc["metadata"].pop("namespace", None)
+        for label in generate.HELM_LABELS:
+            doc["metadata"]["labels"].pop(label, None)
+    assert rendered == daemonset

@@ -301,7 +301,7 @@ def test_labels_are_always_the_same_names():
     for variant in ("k8s_cgroupfs_v1_burstable.txt", "slurm_v1.txt", "docker_systemd_v2.txt", "user_session.txt", "root.txt"):
         assert tuple(owner_of(variant).labels()) == LABEL_NAMES
     assert owner_of("slurm_v1.txt").labels() == {
-        "owner": "slurm:12345", "owner_kind": "slurm", "namespace": "", "pod": "", "pod_uid": "",
+        "owner": "slurm:12345", "owner_kind": "slurm", "owner_namespace": "", "owner_pod": "", "pod_uid": "",
         "container_id": "", "slurm_job": "12345", "slurm_uid": "1000", "unit": "",
     }
     cid = "12fa5fa3728af0b7731ebabfdd7f3286393d36a60933af186ea33f7f0fc1381f"
@@ -317,7 +317,7 @@ def test_pod_resolver_names_the_pod_and_is_asked_only_for_pods():
 
     o = owner_of("k8s_cgroupfs_v1_burstable.txt", resolve)
     assert (o.namespace, o.pod) == ("ml-team", "trainer-0")
-    assert o.labels()["namespace"] == "ml-team" and o.labels()["pod"] == "trainer-0"
+    assert o.labels()["owner_namespace"] == "ml-team" and o.labels()["owner_pod"] == "trainer-0"
     assert o == owner_of("k8s_cgroupfs_v1_burstable.txt")  # names are details, not identity
     unknown = owner_of("k8s_crio_v2_burstable.txt", resolve)
     assert (unknown.namespace, unknown.pod) == (None, None)

@@ -17,6 +17,8 @@ pass's noise does not flap the verdict (analysis.verdict.Hysteresis).
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -165,7 +167,7 @@ class VerdictAnalyser:
                     index=str(index), uuid=uuid, owner="", demand=False, verdict="none",
                     attribution=attribution, busy_signal=act.signal), inputs.end))
                 continue
-            owned = _Owned.of(scope, owner)
+            owned = _Owned.of(scope, owner, owners[owner].cores if owner in owners else math.nan)
             waiting = [max(x, f) if x == x else x for x, f in zip(act.idle, act.footprint)]
             links = network.alignment(act.activity, waiting)
             # Rates are measured over sampling intervals whose edges cut a copy or a burst:
@@ -241,6 +243,24 @@ def _widened(values: Sequence[float]) -> list[float]:
     return [max(values[max(0, i - 1):i + 2]) for i in range(n)]
 
 
+def _filled(values: Sequence[float], default: float) -> list[float]:
+    """Gaps (NaN) filled with the nearest valid value, forwards first; ``default`` when there is none."""
+    out = list(values)
+    last = math.nan
+    for i, v in enumerate(out):
+        if v == v:
+            last = v
+        else:
+            out[i] = last
+    nxt = default
+    for i in range(len(out) - 1, -1, -1):
+        if values[i] == values[i]:
+            nxt = values[i]
+        elif out[i] != out[i]:
+            out[i] = nxt
+    return out
+
+
 def _strongest(a: Sequence[float], b: Sequence[float] | None) -> list[float]:
     return list(a) if b is None else [max(x, y) for x, y in zip(a, b)]
 
@@ -266,13 +286,15 @@ class _Owned:
     blocked: list[bool]
 
     @classmethod
-    def of(cls, scope: _OwnerScope, owner: str) -> "_Owned":
+    def of(cls, scope: _OwnerScope, owner: str, latest_cores: float = math.nan) -> "_Owned":
         n = len(scope.grid)
         if not owner or scope.view is None:
             return cls(False, None, [float("nan")] * n, [False] * n)
         series = gpu_window.owner_series(scope.view, owner)
         gap = HOLD_INTERVALS * scope.slow
-        cores = scope.grid.rates(series.cpu_seconds, gap)
+        # The owner's CPU rate is known between slow reads; before the first interval and after
+        # the last one, the nearest known rate stands (the latest read is the owner's present).
+        cores = _filled(scope.grid.rates(series.cpu_seconds, gap), latest_cores)
         runnable = scope.grid.hold(series.running, gap)
         # A read of the D-state threads is a snapshot every slow interval, and a periodic wait
         # can fall between snapshots for a while: an owner seen waiting on IO at any read of

@@ -80,8 +80,10 @@ KINDS = ("kubernetes", "slurm", "container", "systemd", "host")
 #: hybrid hosts) still show the daemon that forked it, e.g. slurmd.service.
 _RANK = {"kubernetes": 4, "slurm": 3, "container": 2, "systemd": 1, "host": 0}
 
-#: Label names of an owner's info series, in order; every owner has all of them.
-LABEL_NAMES = ("owner", "owner_kind", "namespace", "pod", "pod_uid", "container_id", "slurm_job", "slurm_uid", "unit")
+#: Label names of an owner's info series, in order; every owner has all of them. The pod's
+#: namespace and name are owner_namespace and owner_pod: Prometheus attaches namespace and pod
+#: of the exporter's own target under the Prometheus Operator, and those must never collide.
+LABEL_NAMES = ("owner", "owner_kind", "owner_namespace", "owner_pod", "pod_uid", "container_id", "slurm_job", "slurm_uid", "unit")
 
 #: pod_uid -> (namespace, pod name), or None while unknown. Supplied by an integration that
 #: knows the pods (kubelet or API watch); this module never looks them up itself.
@@ -129,8 +131,8 @@ class Owner:
         return {
             "owner": self.id,
             "owner_kind": self.kind,
-            "namespace": self.namespace or "",
-            "pod": self.pod or "",
+            "owner_namespace": self.namespace or "",
+            "owner_pod": self.pod or "",
             "pod_uid": self.pod_uid or "",
             "container_id": (self.container_id or "") if self.kind == "container" else "",
             "slurm_job": self.slurm_job or "",

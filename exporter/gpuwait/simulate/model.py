@@ -39,6 +39,9 @@ class Params:
     #: 1: the job's loops report their timing as gpuwait.workload would (data wait, compute,
     #: communication, steps; requests for inference), so the verdict has that evidence too.
     workload: int = 0
+    #: Which worker of the simulated job runs on this node: each replica is a pod of its own,
+    #: so the nodes of one multi-node job show distinct owners of one workload.
+    replica: int = 0
 
 
 @dataclass

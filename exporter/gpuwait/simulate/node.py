@@ -39,12 +39,24 @@ MAX_STEP = 0.02
 UPTIME = 86_400.0
 RDMA_PORT_STATE = (4, "ACTIVE", 5, "LinkUp")
 GPU_MEMORY_TOTAL = 80 * 1024**3
-#: The simulated job: one Kubernetes pod owning every GPU through one process per GPU.
-OWNER = "kubernetes:5f0c1a2e-7d1b-4a8e-9c3f-2b6d8e4a1c90"
-OWNER_LABELS = {
-    "owner": OWNER, "owner_kind": "kubernetes", "namespace": "", "pod": "",
-    "pod_uid": "5f0c1a2e-7d1b-4a8e-9c3f-2b6d8e4a1c90", "container_id": "", "slurm_job": "", "slurm_uid": "", "unit": "",
-}
+#: The simulated job: on each node one Kubernetes pod, worker <replica> of the training job
+#: ml/trainer, owns every GPU through one process per GPU. Each replica is its own pod (its
+#: own uid) as on a real cluster; replica 0 is the default.
+JOB_NAMESPACE, JOB_POD_PREFIX = "ml", "trainer-worker-"
+_POD_UID_PREFIX, _POD_UID_SUFFIX = "5f0c1a2e-7d1b-4a8e-9c3f-", 0x2B6D8E4A1C90
+
+
+def job_owner(replica: int = 0) -> tuple[str, dict[str, str]]:
+    """(owner id, owner info labels) of the simulated job's pod on a node."""
+    uid = f"{_POD_UID_PREFIX}{_POD_UID_SUFFIX + replica:012x}"
+    return f"kubernetes:{uid}", {
+        "owner": f"kubernetes:{uid}", "owner_kind": "kubernetes", "owner_namespace": JOB_NAMESPACE,
+        "owner_pod": f"{JOB_POD_PREFIX}{replica}", "pod_uid": uid, "container_id": "", "slurm_job": "",
+        "slurm_uid": "", "unit": "",
+    }
+
+
+OWNER, OWNER_LABELS = job_owner()
 FIRST_PID = 4242
 #: Samples per step reported by the simulated job's loops.
 WORKLOAD_BATCH = 32
@@ -65,6 +77,7 @@ class SimulatedNode:
         self._rng = random.Random(scenario.params.seed)
         self.counters: defaultdict[tuple, float] = defaultdict(float)
         self.state: NodeState = scenario.state(scenario, 0.0)
+        self.owner, self.owner_labels = job_owner(scenario.params.replica)
         self._seed_counters()
 
     def _seed_counters(self) -> None:
@@ -311,16 +324,16 @@ class SimulatedNode:
                 temperature_celsius=g.temperature_c, violation_seconds={"power": 0.0, "thermal": 0.0},
                 pcie=PcieLink(g.link_gen, g.link_width, 5, 16, 5), pcie_replays=0.0,
                 processes=(GpuProcess(pid, g.mem_used_bytes),) if g.has_process else (),
-                owners=(OwnerUse(OWNER, 1, g.mem_used_bytes, g.util),) if g.has_process else (),
+                owners=(OwnerUse(self.owner, 1, g.mem_used_bytes, g.util),) if g.has_process else (),
             ))
         running = int(round(s.owner_running_threads))
         blocked = int(round(s.owner_blocked_threads))
         owner = OwnerState(
-            dict(OWNER_LABELS), processes=len(s.gpus) + 4, threads=running + blocked + 40,
+            dict(self.owner_labels), processes=len(s.gpus) + 4, threads=running + blocked + 40,
             running=running, blocked=blocked, sleeping=40, other=0,
             cpu_seconds_total=round(c[("owner", "cpu")], 2), cpus=8, running_cpus=min(running, 8),
         )
-        return GpuDeviceData(True, "", "570.124.06", "12.8", tuple(devices), {}, {OWNER: owner})
+        return GpuDeviceData(True, "", "570.124.06", "12.8", tuple(devices), {}, {self.owner: owner})
 
     def workload(self, t: float) -> WorkloadData:
         """The records each GPU's process would write with gpuwait.workload (Params.workload=1),
@@ -345,7 +358,7 @@ class SimulatedNode:
                 "comm_seconds": c[("loop", i, "comm")], "steps": steps, "samples": steps * WORKLOAD_BATCH,
                 "requests": int(c[("loop", i, "requests")]) if kind == "inference" else 0,
             })
-            records.append(OwnedRecord(parse_record(text), OWNER))
+            records.append(OwnedRecord(parse_record(text), self.owner))
         return WorkloadData(tuple(records))
 
     def nccl(self, t: float) -> None:

@@ -136,7 +136,7 @@ METRICS = (
                "Compute processes running on the GPU.",
                labels=G, source=SOURCE, claims=("A1", "A2")),
     MetricSpec("gpuwait_gpu_owner_info", "gauge",
-               "Always 1 per owner (pod, Slurm job, container, systemd unit or host) of a compute process on the GPU; labels come from the process's cgroup, and owner is the key the other gpuwait_gpu_owner_* series carry.",
+               "Always 1 per owner (pod, Slurm job, container, systemd unit or host) of a compute process on the GPU; labels come from the process's cgroup, and owner is the key the other gpuwait_gpu_owner_* series carry. A pod's namespace and name are owner_namespace and owner_pod, apart from the namespace and pod labels of the exporter's own scrape target.",
                labels=G + OWNER_LABELS, source=SOURCE, claims=("A2", "A12")),
     MetricSpec("gpuwait_gpu_owner_processes", "gauge",
                "Compute processes of the owner on the GPU.",
