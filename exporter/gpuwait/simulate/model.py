@@ -417,7 +417,8 @@ def _throttled(s: Scenario, t: float) -> NodeState:
 
 
 def _pcie_downtrained(s: Scenario, t: float) -> NodeState:
-    """One GPU's link trained at Gen4 x8: its host-to-device copies take four times as long."""
+    """One GPU's link trained at Gen4 x8: its host-to-device copies take four times as long, and
+    the others wait for it at the step's all-reduce."""
     node = baseline(s)
     p = s.params
     x = phase(t, p.period)
@@ -437,6 +438,10 @@ def _pcie_downtrained(s: Scenario, t: float) -> NodeState:
             g.util = 0.02
         elif x < copy_share + 0.55:
             compute(g)
+        elif x < copy * 4 + 0.55:
+            # The step's all-reduce: the healthy GPUs wait in it for the slow one, NCCL's
+            # kernel resident on a few SMs (utilization 100 %).
+            g.util, g.sm_active, g.mem_bw = 1.0, 0.15, 0.02
     return node
 
 
