@@ -84,6 +84,15 @@ _RANK = {"kubernetes": 4, "slurm": 3, "container": 2, "systemd": 1, "host": 0}
 #: namespace and name are owner_namespace and owner_pod: Prometheus attaches namespace and pod
 #: of the exporter's own target under the Prometheus Operator, and those must never collide.
 LABEL_NAMES = ("owner", "owner_kind", "owner_namespace", "owner_pod", "pod_uid", "container_id", "slurm_job", "slurm_uid", "unit")
+#: Earlier names of those labels, as traces recorded before the rename carry them.
+_EARLIER_LABEL_NAMES = {"owner_namespace": "namespace", "owner_pod": "pod"}
+
+
+def info_label_values(labels: dict[str, str]) -> tuple[str, ...]:
+    """The values of LABEL_NAMES from an owner's labels, in order; a label under its earlier
+    name (a replayed older trace) counts, a missing one is ""."""
+    return tuple(labels.get(name, labels.get(_EARLIER_LABEL_NAMES.get(name, name), "")) for name in LABEL_NAMES)
+
 
 #: pod_uid -> (namespace, pod name), or None while unknown. Supplied by an integration that
 #: knows the pods (kubelet or API watch); this module never looks them up itself.
