@@ -10,12 +10,14 @@ the profile's default, so a local run stays quick.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import HOST_TREE, TEXT_FIXTURES
+from conftest import FIXTURES, HOST_TREE, TEXT_FIXTURES
+from gpuwait.collectors.cgroup import parse as cgroupfs
 from gpuwait.errors import ParseError
 from gpuwait.parsers import cgroup, diskstats, fields, mountstats, netdev, pressure, procpid, procstat, rdma
 
@@ -31,8 +33,15 @@ def fixture_texts(fmt: str) -> list[str]:
     return [p.read_text() for p in sorted((TEXT_FIXTURES / fmt).glob("*.txt"))]
 
 
+def tree_texts(*roots) -> list[str]:
+    return [p.read_text() for root in roots for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()]
+
+
 SEEDS = {
     "cgroup": fixture_texts("cgroup"),
+    # every cgroup file of the captured and written trees (cpu.stat, cpu.max, io.stat, blkio, PSI...)
+    "cgroupfs": tree_texts(HOST_TREE / "sys" / "fs" / "cgroup", FIXTURES / "cgroup" / "v1" / "fs" / "cgroup",
+                           FIXTURES / "cgroup" / "text"),
     "diskstats": fixture_texts("diskstats"),
     "mountstats": fixture_texts("mountstats"),
     "netdev": fixture_texts("netdev"),
@@ -137,6 +146,26 @@ def test_cgroup_and_its_owner(text):
 def test_owner_from_path(path):
     owner = cgroup.owner_from_path(path)
     assert owner.kind and owner.id
+
+
+@examples
+@given(texts("cgroupfs"))
+def test_cgroup_files_of_an_owner(text):
+    for parse in (cgroupfs.parse_cpu_stat_v2, cgroupfs.parse_cpu_stat_v1, cgroupfs.parse_cpu_max,
+                  cgroupfs.parse_cpuacct_usage):
+        only_parse_errors(parse, text)
+    only_parse_errors(cgroupfs.parse_cpuacct_stat, text, 100)
+    only_parse_errors(cgroupfs.parse_cgroup_pressure, text, "io")
+    only_parse_errors(cgroupfs.parse_cfs_quota, text, "100000")
+    only_parse_errors(cgroupfs.parse_cfs_quota, "20000", text)
+    for parse in (cgroupfs.parse_io_stat, cgroupfs.parse_blkio_rwstat):
+        try:
+            devices, _ = parse(text)
+        except ParseError:
+            continue
+        for counters in devices.values():
+            values = counters.values() if isinstance(counters, dict) else dataclasses.astuple(counters)
+            assert all(v is None or 0 <= v < 2**64 for v in values)
 
 
 @examples

@@ -39,7 +39,7 @@ def test_round_trip_keeps_payloads_and_relative_time(tmp_path, name):
     readings = [cpu_reading(1000.0 + i * 0.1, busy=float(i), idle=float(100 - i)) for i in range(5)]
     write_trace(path, readings)
     reader = TraceReader(str(path), PAYLOADS)
-    assert reader.header.version == 1
+    assert reader.header.version == 2
     back = list(reader)
     assert [r.data for r in back] == [r.data for r in readings]
     assert [r.t for r in back] == pytest.approx([i * 0.1 for i in range(5)])

@@ -3,6 +3,7 @@ is summarised, and how the result maps to metrics. The registry at the bottom li
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -88,8 +89,13 @@ def registry() -> tuple[CollectorSpec, ...]:
     from gpuwait.exposition import gpu
     from gpuwait.exposition import workload
     from gpuwait.exposition import verdict
+    from gpuwait.collectors import cgroup
 
-    collectors = (cpu.COLLECTOR, pressure.COLLECTOR, diskstats.COLLECTOR, netdev.COLLECTOR, nfs.COLLECTOR, rdma.COLLECTOR, gpu.COLLECTOR, workload.COLLECTOR, verdict.COLLECTOR)
+    collectors = (cpu.COLLECTOR, pressure.COLLECTOR, diskstats.COLLECTOR, netdev.COLLECTOR, nfs.COLLECTOR, rdma.COLLECTOR, gpu.COLLECTOR, cgroup.COLLECTOR, workload.COLLECTOR, verdict.COLLECTOR)
     for collector in collectors:
         COLLECTOR_DEFAULTS.setdefault(collector.name, collector.default_enabled)
     return collectors
+
+
+#: Collectors kept in a folder of their own (collectors/<name>/) are submodules of this module.
+__path__ = [os.path.join(os.path.dirname(__file__), "collectors")]

@@ -24,7 +24,7 @@ from gpuwait.config import Option, Settings, parse_bool, parse_duration, parse_f
 from gpuwait import topology
 from gpuwait.nvml.gateway import DeviceResult, DeviceSession, Gateway
 from gpuwait.nvml.values import NA, DeviceInfo, GpuProcess, Memory, MigInstance, NvLink, PcieLink, or_none
-from gpuwait.owners import ActivityReport, OwnerTracker
+from gpuwait.owners import ActivityReport, OwnerTracker, acquire_directory, release_directory
 from gpuwait.reading import Reading
 from gpuwait.sources.base import HostPaths, Source
 from gpuwait.stats.gpu import SlotRows
@@ -321,6 +321,8 @@ class GpuDeviceSource(Source):
         self.gpm_enabled = settings["collector.gpu.gpm"]
         self._xids: dict[str, Counter] = {}
         self.tracker = OwnerTracker(paths) if self.processes_enabled else None
+        #: where the owner cgroup source learns who holds a GPU
+        self.owner_directory = acquire_directory(paths)
 
     def read(self) -> Reading:
         t = time.monotonic()
@@ -337,11 +339,14 @@ class GpuDeviceSource(Source):
         owners: dict[str, OwnerState] = {}
         if self.tracker is not None:
             pids = {p.pid for g in gpus for p in g.processes or ()}
+            attributed = []
             if pids:
                 report = self.tracker.sample(pids)
                 errors.extend(report.errors)
                 gpus = [replace(g, owners=_owner_uses(g, report)) for g in gpus]
                 owners = _owner_states(report)
+                attributed = [a.owner for a in report.owners.values()]
+            self.owner_directory.update(attributed)
         gpus = self._with_nics(gpus)
         data = GpuDeviceData(True, "", status.driver_version, status.cuda_version, tuple(gpus),
                              self.gateway.error_counts(), owners)
@@ -432,6 +437,7 @@ class GpuDeviceSource(Source):
         )
 
     def close(self) -> None:
+        release_directory(self.paths)
         if self._own_gateway:
             release_gateway(self.gateway)
 

@@ -18,7 +18,10 @@ from gpuwait.reading import Reading
 from gpuwait.trace.codec import DecodeError, from_jsonable, to_jsonable
 
 FORMAT = "gpuwait-trace"
-VERSION = 1
+VERSION = 2
+#: Version 2 added sources (owner_cgroup) and no change to the lines of the others, so a
+#: version-1 trace reads as it always did.
+READABLE_VERSIONS = (1, 2)
 
 
 class TraceError(ValueError):
@@ -109,8 +112,9 @@ class TraceReader:
         if not isinstance(first, dict) or first.get("format") != FORMAT:
             raise TraceError(f"{path}:1: not a gpuwait trace (header must have \"format\": \"{FORMAT}\")")
         version = first.get("version")
-        if version != VERSION:
-            raise TraceError(f"{path}:1: trace version {version!r} is not supported (this gpuwait reads version {VERSION})")
+        if isinstance(version, bool) or version not in READABLE_VERSIONS:
+            known = ", ".join(map(str, READABLE_VERSIONS))
+            raise TraceError(f"{path}:1: trace version {version!r} is not supported (this gpuwait reads versions {known})")
         self.header = TraceHeader(version, str(first.get("created", "")), str(first.get("host", "")), dict(first.get("meta") or {}))
 
     def _next_json(self) -> Any:

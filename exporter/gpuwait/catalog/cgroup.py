@@ -1,0 +1,3 @@
+from gpuwait.collectors.cgroup.metrics import METRICS
+
+__all__ = ["METRICS"]
