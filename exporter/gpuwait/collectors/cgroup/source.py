@@ -182,8 +182,11 @@ class _Reader:
         self.root = root
         self.errors = errors
 
+    def cause(self, name: str, child: str | None = None) -> str:
+        return f"{self.root}/<owner>/{'<child>/' if child else ''}{name}"
+
     def text(self, rel: str, name: str, required: bool, child: str | None = None) -> str | None:
-        cause = f"{self.root}/<owner>/{'<child>/' if child else ''}{name}"
+        cause = self.cause(name, child)
         try:
             text = read_optional(os.path.join(self.root, rel, *((child,) if child else ()), name), cause)
         except SourceError as e:
@@ -200,8 +203,18 @@ class _Reader:
         try:
             return parse(text)
         except ParseError:
-            self.errors.add(f"parse:{self.root}/<owner>/{'<child>/' if child else ''}{name}")
+            self.errors.add(f"parse:{self.cause(name, child)}")
             return None
+
+    def devices(self, rel: str, name: str, parse, required: bool) -> dict | None:
+        """A file of one line (or a few) per device: a device whose lines do not parse costs
+        only that device, and counts."""
+        found = self.parsed(rel, name, parse, required)
+        if found is None:
+            return None
+        devices, malformed = found
+        self.errors.update(f"parse:{self.cause(name)}:{device}" for device in malformed)
+        return devices
 
     def children(self, rel: str) -> list[str]:
         try:
@@ -217,19 +230,6 @@ def _pressure(reader: _Reader, rel: str) -> dict[tuple[str, str], float]:
         found = reader.parsed(rel, f"{resource}.pressure", lambda text, r=resource: parse_cgroup_pressure(text, r), False)
         stalled.update(found or {})
     return stalled
-
-
-def _io_stat(reader: _Reader, rel: str, required: bool) -> dict[str, CgroupIo]:
-    text = reader.text(rel, "io.stat", required)
-    if text is None:
-        return {}
-    try:
-        devices, malformed = parse_io_stat(text)
-    except ParseError:
-        reader.errors.add(f"parse:{reader.root}/<owner>/io.stat")
-        return {}
-    reader.errors.update(f"parse:{reader.root}/<owner>/io.stat:{device}" for device in malformed)
-    return devices
 
 
 def _bandwidth(stat: CpuStat | None, quota: float) -> CgroupBandwidth:
@@ -303,7 +303,7 @@ class OwnerCgroupSource(Source):
             cpu_periods=stat.periods, cpu_throttled_periods=stat.throttled_periods, cpu_throttled_seconds=stat.throttled_seconds,
             cpu_quota_cores=quota,
             pressure=_pressure(reader, rel),
-            io=_io_stat(reader, rel, own and "io" in controllers),
+            io=reader.devices(rel, "io.stat", parse_io_stat, own and "io" in controllers) or {},
             children=children,
         )
 
@@ -363,26 +363,15 @@ class OwnerCgroupSource(Source):
         try:
             return parse_cfs_quota(quota_text, period_text)
         except ParseError:
-            reader.errors.add(f"parse:{reader.root}/<owner>/{'<child>/' if child else ''}cpu.cfs_quota_us")
+            reader.errors.add(f"parse:{reader.cause('cpu.cfs_quota_us', child)}")
             return None
 
     def _blkio(self, reader: _Reader, rel: str) -> dict[str, CgroupIo]:
         for bytes_name, ios_name in _BLKIO_FILES:
-            if not self._has(reader.root, bytes_name):
-                continue
-            parsed = []
-            for name in (bytes_name, ios_name):
-                text = reader.text(rel, name, True)
-                if text is None:
-                    return {}
-                try:
-                    devices, malformed = parse_blkio_rwstat(text)
-                except ParseError:
-                    reader.errors.add(f"parse:{reader.root}/<owner>/{name}")
-                    return {}
-                reader.errors.update(f"parse:{reader.root}/<owner>/{name}:{device}" for device in malformed)
-                parsed.append(devices)
-            return blkio_io(*parsed)
+            if self._has(reader.root, bytes_name):
+                service_bytes = reader.devices(rel, bytes_name, parse_blkio_rwstat, True)
+                serviced = reader.devices(rel, ios_name, parse_blkio_rwstat, True)
+                return {} if service_bytes is None or serviced is None else blkio_io(service_bytes, serviced)
         return {}
 
     # -- device names ----------------------------------------------------------------------

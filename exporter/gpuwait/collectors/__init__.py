@@ -3,7 +3,6 @@ is summarised, and how the result maps to metrics. The registry at the bottom li
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -95,7 +94,3 @@ def registry() -> tuple[CollectorSpec, ...]:
     for collector in collectors:
         COLLECTOR_DEFAULTS.setdefault(collector.name, collector.default_enabled)
     return collectors
-
-
-#: Collectors kept in a folder of their own (collectors/<name>/) are submodules of this module.
-__path__ = [os.path.join(os.path.dirname(__file__), "collectors")]
