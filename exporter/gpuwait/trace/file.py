@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from gpuwait import __version__
-from gpuwait.reading import Reading
+from gpuwait.core.reading import Reading
 from gpuwait.trace.codec import DecodeError, from_jsonable, to_jsonable
 
 FORMAT = "gpuwait-trace"
+#: Version 2 adds sources (nccl, owner_cgroup); a version 1 trace holds a subset of its sources and the
+#: same payloads, so both are read.
 VERSION = 2
-#: Version 2 added sources (owner_cgroup) and no change to the lines of the others, so a
-#: version-1 trace reads as it always did.
 READABLE_VERSIONS = (1, 2)
 
 
@@ -113,8 +113,8 @@ class TraceReader:
             raise TraceError(f"{path}:1: not a gpuwait trace (header must have \"format\": \"{FORMAT}\")")
         version = first.get("version")
         if isinstance(version, bool) or version not in READABLE_VERSIONS:
-            known = ", ".join(map(str, READABLE_VERSIONS))
-            raise TraceError(f"{path}:1: trace version {version!r} is not supported (this gpuwait reads versions {known})")
+            readable = " and ".join(str(v) for v in READABLE_VERSIONS)
+            raise TraceError(f"{path}:1: trace version {version!r} is not supported (this gpuwait reads versions {readable})")
         self.header = TraceHeader(version, str(first.get("created", "")), str(first.get("host", "")), dict(first.get("meta") or {}))
 
     def _next_json(self) -> Any:

@@ -10,18 +10,16 @@ import time
 
 import pytest
 
+from cgroup_owners import GPU_CONTAINER, JOB, POD, POD_PATH
+from conftest import HOST_TREE
 from fixture_host import only_collectors_flags
 from host_collectors import exposed, promtool_problems, rewrite
-from conftest import HOST_TREE
 from nvml_support import HGX_MACHINE, double_env
 from support import ExporterProcess, value
 
 pytestmark = pytest.mark.integration
 
-POD = "kubernetes:4312ade9-202f-48f0-beb7-fe4764012968"
-POD_PATH = "/kubepods.slice/kubepods-pod4312ade9_202f_48f0_beb7_fe4764012968.slice"
-GPU_CTR = POD_PATH + "/cri-containerd-5599b9703f1a53fd260fdd2966bce88dcf9e74e63894eec94a1379e18e17765a.scope"
-JOB = "slurm:12345"
+GPU_CTR = f"{POD_PATH}/{GPU_CONTAINER}"
 ARGS = [f"--path.procfs={HOST_TREE / 'proc'}", f"--path.sysfs={HOST_TREE / 'sys'}",
         "--sample.interval=100ms", "--sample.slow-interval=300ms", "--collector.cgroup.interval=200ms",
         "--analysis.interval=200ms", "--analysis.window=5s", *only_collectors_flags({"gpu", "cgroup"})]

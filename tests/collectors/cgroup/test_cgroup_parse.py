@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import pathlib
+import dataclasses
 
 import pytest
+from hypothesis import given
 
+from conftest import CGROUP_V1_TREE, HOST_TREE, text_fixture
+from fuzz import examples, only_parse_errors, texts
 from gpuwait.collectors.cgroup.parse import (
     blkio_io,
     parse_blkio_rwstat,
@@ -19,19 +22,21 @@ from gpuwait.collectors.cgroup.parse import (
     parse_io_stat,
 )
 from gpuwait.collectors.cgroup.payload import CgroupIo
-from gpuwait.errors import ParseError
+from gpuwait.core.errors import ParseError
 
-FIXTURES = pathlib.Path(__file__).parents[2] / "fixtures"
-V1 = FIXTURES / "cgroup" / "v1" / "fs" / "cgroup"
-V2 = FIXTURES / "host" / "sys" / "fs" / "cgroup"
-TEXT = FIXTURES / "cgroup" / "text"
+V1 = CGROUP_V1_TREE / "sys" / "fs" / "cgroup"
+V2 = HOST_TREE / "sys" / "fs" / "cgroup"
 POD_V1 = "kubepods/burstable/podd48336c5-45ad-4e78-b1a0-005736bbcfd9"
 CTR_V1 = POD_V1 + "/d3ba3468136628bcec364146de2049d4d6395f7f0b948a824a6a254fa425f1db"
 POD_V2 = "kubepods.slice/kubepods-pod4312ade9_202f_48f0_beb7_fe4764012968.slice"
 
 
-def read(path: pathlib.Path) -> str:
+def read(path) -> str:
     return path.read_text()
+
+
+def text(name: str) -> str:
+    return text_fixture("cgroupfs", name)
 
 
 # -- cpu.stat ---------------------------------------------------------------------------------
@@ -49,7 +54,7 @@ def test_v2_cpu_stat_with_bandwidth_counters_in_microseconds():
     stat = parse_cpu_stat_v2(read(V2 / POD_V2 / "cri-containerd-5599b9703f1a53fd260fdd2966bce88dcf9e74e63894eec94a1379e18e17765a.scope" / "cpu.stat"))
     assert (stat.periods, stat.throttled_periods) == (54, 50)
     assert stat.throttled_seconds == pytest.approx(3.454268)
-    older = parse_cpu_stat_v2(read(TEXT / "cpu.stat.v2_six_keys"))
+    older = parse_cpu_stat_v2(text("cpu.stat-v2-six-keys.txt"))
     assert (older.periods, older.throttled_periods, older.throttled_seconds) == (2201, 812, pytest.approx(73.41221))
 
 
@@ -58,7 +63,7 @@ def test_v1_cpu_stat_counts_throttled_time_in_nanoseconds():
     assert (stat.periods, stat.throttled_periods) == (54, 50)
     assert stat.throttled_seconds == pytest.approx(3.454268271)
     assert stat.usage_seconds is None
-    assert parse_cpu_stat_v1(read(TEXT / "cpu.stat.v1_three_keys")).throttled_seconds == pytest.approx(1.921546352)
+    assert parse_cpu_stat_v1(text("cpu.stat-v1-three-keys.txt")).throttled_seconds == pytest.approx(1.921546352)
 
 
 @pytest.mark.parametrize("text", [
@@ -108,21 +113,21 @@ def test_cpuacct():
 
 
 def test_io_stat_documented_example():
-    devices, malformed = parse_io_stat(read(TEXT / "io.stat.doc_example"))
+    devices, malformed = parse_io_stat(text("io.stat-doc-example.txt"))
     assert malformed == ()
     assert devices["8:0"] == CgroupIo(90430464, 299008000, 8950, 1252, 50331648, 3021)
     assert devices["8:16"].read_bytes == 1459200
 
 
 def test_io_stat_ignores_the_keys_of_io_cost_and_io_latency():
-    devices, malformed = parse_io_stat(read(TEXT / "io.stat.cost_and_latency"))
+    devices, malformed = parse_io_stat(text("io.stat-cost-and-latency.txt"))
     assert malformed == ()
     assert devices["259:0"] == CgroupIo(6086656, 102400000, 412, 2005, 0, 0)
     assert devices["8:0"].reads == 16
 
 
 def test_io_stat_before_discards_and_empty():
-    devices, _ = parse_io_stat(read(TEXT / "io.stat.without_discards"))
+    devices, _ = parse_io_stat(text("io.stat-without-discards.txt"))
     assert (devices["8:0"].discard_bytes, devices["8:0"].discards) == (None, None)
     assert parse_io_stat("") == ({}, ())  # no IO yet
 
@@ -146,8 +151,8 @@ def test_blkio_recursive_counts_what_the_plain_file_leaves_out():
 
 
 def test_blkio_before_the_discard_line():
-    io = blkio_io(parse_blkio_rwstat(read(TEXT / "blkio.throttle.io_service_bytes.without_discards"))[0],
-                  parse_blkio_rwstat(read(TEXT / "blkio.throttle.io_serviced.without_discards"))[0])
+    io = blkio_io(parse_blkio_rwstat(text("blkio.throttle.io_service_bytes-without-discards.txt"))[0],
+                  parse_blkio_rwstat(text("blkio.throttle.io_serviced-without-discards.txt"))[0])
     assert io["8:0"] == CgroupIo(90430464, 299008000, 8950, 1252, None, None)
     assert io["8:16"].reads == 192
 
@@ -176,3 +181,25 @@ def test_cgroup_pressure_keeps_cpu_full():
     assert stalled == {("cpu", "some"): pytest.approx(2.685992), ("cpu", "full"): pytest.approx(2.670901)}
     with pytest.raises(ParseError):
         parse_cgroup_pressure("", "io")
+
+
+# -- the shared parser fuzz (tests/support/fuzz.py) ------------------------------------------
+
+
+@examples
+@given(texts("cgroupfs"))
+def test_fuzz_cgroup_files_of_an_owner(text):
+    for parse in (parse_cpu_stat_v2, parse_cpu_stat_v1, parse_cpu_max, parse_cpuacct_usage):
+        only_parse_errors(parse, text)
+    only_parse_errors(parse_cpuacct_stat, text, 100)
+    only_parse_errors(parse_cgroup_pressure, text, "io")
+    only_parse_errors(parse_cfs_quota, text, "100000")
+    only_parse_errors(parse_cfs_quota, "20000", text)
+    for parse in (parse_io_stat, parse_blkio_rwstat):
+        try:
+            devices, _ = parse(text)
+        except ParseError:
+            continue
+        for counters in devices.values():
+            values = counters.values() if isinstance(counters, dict) else dataclasses.astuple(counters)
+            assert all(v is None or 0 <= v < 2**64 for v in values)

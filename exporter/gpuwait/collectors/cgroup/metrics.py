@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from gpuwait.catalog.spec import MetricSpec
-from gpuwait.collectors import Sample, Snapshot
 from gpuwait.collectors.cgroup.payload import OwnerCgroupData
 from gpuwait.collectors.cgroup.window import OwnerCgroupWindowStats
-from gpuwait.config import Settings
+from gpuwait.core.config import Settings
+from gpuwait.core.metric import MetricSpec
+from gpuwait.core.plugin import Sample, Snapshot
 
 SOURCE = "cgroup"
 _CPU = ("A2", "A3")

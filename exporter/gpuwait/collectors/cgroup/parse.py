@@ -16,7 +16,7 @@ v1 cpu.cfs_quota_us/period_us   microseconds; quota -1 for no limit
 v1 cpuacct.usage / .stat        nanoseconds / ``user N`` ``system N`` in USER_HZ
 v1 blkio.throttle.io_service_   ``MAJ:MIN Read|Write|Sync|Async|Discard|Total N`` per device,
 bytes, io_serviced              then ``Total N``
-*.pressure                      as /proc/pressure (gpuwait.parsers.pressure); cpu's ``full`` line
+*.pressure                      as /proc/pressure (gpuwait.core.psi); cpu's ``full`` line
                                 has a meaning per cgroup, unlike system-wide
 ==============================  ===============================================================
 """
@@ -27,9 +27,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gpuwait.collectors.cgroup.payload import CgroupIo
-from gpuwait.errors import ParseError
-from gpuwait.parsers.fields import parse_devices, u64
-from gpuwait.parsers.pressure import parse_pressure
+from gpuwait.core.errors import ParseError
+from gpuwait.core.fields import parse_devices, u64
+from gpuwait.core.psi import parse_pressure
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ is ever saturated, the quota is) all look alike from /proc. The owner's own cgro
 
 Which cgroup: ``Owner.cgroup``, the owner's own (a pod's, not one container's; a Slurm job's;
 a container's; a systemd unit's; the root for the host). The owners come from the GPU
-collector's attribution of its processes (``gpuwait.owners.OwnerDirectory``), so no process is
+collector's attribution of its processes (``gpuwait.owners.directory``), so no process is
 read twice. An owner the GPU collector has not named for three of its reads is dropped.
 
 Where: cgroup v2 at ``<sysfs>/fs/cgroup``; on v1 hosts the ``cpu``, ``cpuacct`` and ``blkio``
@@ -20,7 +20,8 @@ What is missing: a file the kernel does not provide for that cgroup (no PSI, no 
 enabled for it, v1 without cpuacct) leaves its fields None or empty, without an error; a file
 that should be there and is not (v2: a controller enabled for the cgroup without its files;
 v1: a file the hierarchy's root has) counts as a partial error of this read. A host without any
-cgroup filesystem gives empty readings.
+cgroup filesystem at all is no data (NoData), not a failure; a host whose GPUs no process holds
+gives empty readings.
 """
 
 from __future__ import annotations
@@ -44,11 +45,19 @@ from gpuwait.collectors.cgroup.parse import (
     parse_io_stat,
 )
 from gpuwait.collectors.cgroup.payload import CgroupBandwidth, CgroupIo, OwnerCgroup, OwnerCgroupData
-from gpuwait.errors import ParseError, SourceError
-from gpuwait.owners import OwnerDirectory, clock_ticks
-from gpuwait.reading import Reading
-from gpuwait.sources.base import HostPaths, Source
+from gpuwait.core import pseudofile
+from gpuwait.core.config import Option, Settings, parse_duration
+from gpuwait.core.errors import NoData, ParseError, SourceError
+from gpuwait.core.reading import Reading
+from gpuwait.core.source import HostPaths, Source, user_hz
+from gpuwait.owners.directory import OwnerDirectory, acquire_directory, release_directory
 
+INTERVAL = Option("collector.cgroup.interval", parse_duration, 1.0,
+                  "Interval of reading the cgroup of each owner of a GPU process (CPU, quota throttling, pressure, IO).",
+                  "DURATION")
+#: The GPU collector names the owners on every read of its slow tier; an owner it has not
+#: named for this many of them no longer holds a GPU.
+OWNER_READS_KEPT = 3
 PRESSURE_RESOURCES = ("cpu", "io", "memory")
 #: Children of an owner's cgroup read for quotas of their own: a pod has a few containers;
 #: the bound keeps one owner with thousands of sub-cgroups from costing a read each.
@@ -75,13 +84,11 @@ def read_optional(path: str, cause_path: str) -> str | None:
     """The file's text, None where the kernel provides none; SourceError (cause naming
     ``cause_path``, with no owner in it) for every other failure."""
     try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", errors="replace")
+        return pseudofile.read(path)
     except OSError as e:
         if e.errno in _ABSENT:
             return None
-        kind = "permission" if isinstance(e, PermissionError) else "unreadable"
-        raise SourceError(f"{kind}:{cause_path}", str(e)) from None
+        raise SourceError(pseudofile.os_cause(cause_path, e), str(e)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +256,7 @@ class OwnerCgroupSource(Source):
         super().__init__(paths)
         self.directory = directory
         self.max_age = max_age
-        self.ticks_per_second = float(ticks_per_second or clock_ticks())
+        self.ticks_per_second = float(ticks_per_second or user_hz())
         self.locator = Locator(clock)
         self._on_close = on_close
         self._device_names: dict[str, str | None] = {}
@@ -257,11 +264,19 @@ class OwnerCgroupSource(Source):
         #: hierarchy has the files its root has (the kernel's configuration decides them)
         self._root_has: dict[tuple[str, str], bool] = {}
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OwnerCgroupSource:
+        """The source of the host at --path.sysfs, on the owner directory the GPU collector of
+        that host fills; the directory is let go when the source closes."""
+        paths = HostPaths.from_settings(settings)
+        return cls(paths, acquire_directory(paths), OWNER_READS_KEPT * settings.slow_interval,
+                   on_close=lambda: release_directory(paths))
+
     def read(self) -> Reading:
         t = time.monotonic()
         layout = detect_layout(self.paths)
         if layout is None:
-            return self.reading(t, OwnerCgroupData({}))
+            raise NoData(f"unavailable:{self.paths.sys('fs', 'cgroup')}", "no cgroup filesystem mounted there")
         errors: set[str] = set()
         owners: dict[str, OwnerCgroup] = {}
         for owner_id, entry in self.directory.current(self.max_age).items():

@@ -1,22 +1,35 @@
 """The owner cgroups over the analysis window: the ring's columns, the window statistics, and
 the typed accessors the verdict reads (A2, A3, A6).
 
-Every accessor answers for one owner, over the window and per sample interval (``times`` are
-the ends of the intervals), so that a verdict can line the owner's CPU throttling or IO up
-with the intervals its GPUs sat idle in. Counters are cumulative in the ring; a counter that
-goes back (a cgroup recreated under the same path) is a reset and its interval is skipped.
+Every accessor answers for one owner, over the window and per sample interval, so that a
+verdict can line the owner's CPU throttling or IO up with the intervals its GPUs sat idle in.
+A per-interval series is a ``Column`` stamped with the time its interval starts, as the cpu
+collector's ``saturated_cores``: ``Grid.hold(column, gap)`` spreads each value over its
+interval. Counters are cumulative in the ring; a counter that goes back (a cgroup recreated
+under the same path) is a reset and its interval is NaN.
+
+What the verdict can call (``view`` is the ``owner_cgroup`` source's window, ``owner`` the id
+of ``gpuwait_gpu_owner_info``):
+
+- ``owners(view) -> list[str]``
+- ``cpu_cores(view, owner) -> Rate``: CPU the cgroup used, in cores
+- ``quota_cores(view, owner) -> float | None``: the cgroup's own CPU quota, in cores
+- ``throttled_ratio(view, owner) -> Throttling``: share of CPU periods its binding quota ran out in
+- ``pressure_rate(view, owner, resource, scope) -> Rate``: fraction of time its tasks stalled (PSI)
+- ``io_read_rate(view, owner) -> IoRate``: bytes and reads per second to block devices
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpuwait.collectors.cgroup.payload import OwnerCgroupData
-from gpuwait.config import Settings
-from gpuwait.ring import WindowView
-from gpuwait.stats.series import clamp_ratio, total_increase, window_rate
+from gpuwait.core.config import Settings
+from gpuwait.core.ring import Column, WindowView
+from gpuwait.core.series import clamp_ratio, total_increase, window_rate
 
 NAN = math.nan
 #: ring column kinds; a column key is (owner id, kind, *detail)
@@ -50,30 +63,27 @@ def columns(data: OwnerCgroupData) -> dict[Hashable, float]:
     return out
 
 
-# -- accessors ------------------------------------------------------------------------------
+# -- what the verdict reads ------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Rate:
+class Rate(NamedTuple):
     """A counter's increase per second: over the window, and over each sample interval."""
 
+    #: over the whole window; None with fewer than two reads
     mean: float | None
-    #: end of each sample interval of the window
-    times: list[float] = field(default_factory=list)
-    #: the rate over that interval; NaN where a read is missing or the counter reset
-    values: list[float] = field(default_factory=list)
+    #: over each sample interval, stamped at its start; NaN where a read is missing or the
+    #: counter went back
+    intervals: Column
 
 
-@dataclass(frozen=True, slots=True)
-class IoRate:
+class IoRate(NamedTuple):
     """Reads summed over the owner's block devices."""
 
     bytes_per_second: Rate
     ops_per_second: Rate
 
 
-@dataclass(frozen=True, slots=True)
-class Throttling:
+class Throttling(NamedTuple):
     """How much of the time the kernel's CPU quota held the owner's tasks back.
 
     The owner's own cgroup and each child with a quota of its own (a container's limit inside
@@ -90,14 +100,15 @@ class Throttling:
     quota_cores: float | None
     #: seconds the level's tasks spent throttled, per second, summed over the CPUs they wait on
     throttled_seconds_rate: float | None
-    times: list[float] = field(default_factory=list)
-    #: per sample interval: throttled share of the periods, the largest over the levels
-    values: list[float] = field(default_factory=list)
+    #: per sample interval, stamped at its start: the throttled share of the periods, the
+    #: largest over the levels
+    intervals: Column
 
 
 def _interval_rates(times: list[float], values: list[float]) -> list[float]:
-    """Rate over each pair of consecutive rows, aligned with the intervals (NaN where either
-    read is missing, time does not advance, or the counter went back)."""
+    """Rate over each pair of consecutive rows, one per interval, NaN where either read is
+    missing, time does not advance, or the counter went back (``core.series.interval_rates``
+    leaves such intervals out, which loses their place in the window)."""
     rates = []
     for i in range(1, len(times)):
         prev, cur, dt = values[i - 1], values[i], times[i] - times[i - 1]
@@ -112,7 +123,7 @@ def _rate(view: WindowView, key: Hashable, clamp: bool = False) -> Rate:
     if clamp:
         mean = clamp_ratio(mean)
         series = [v if v != v else clamp_ratio(v) for v in series]
-    return Rate(mean, view.times[1:], series)
+    return Rate(mean, Column(view.times[:-1], series))
 
 
 def _summed(view: WindowView, keys: list[Hashable]) -> Rate:
@@ -124,7 +135,7 @@ def _summed(view: WindowView, keys: list[Hashable]) -> Rate:
     for i in range(max(0, len(view.times) - 1)):
         known = [rates[i] for rates in per_key if rates[i] == rates[i]]
         series.append(math.fsum(known) if known else NAN)
-    return Rate(math.fsum(means) if means else None, view.times[1:], series)
+    return Rate(math.fsum(means) if means else None, Column(view.times[:-1], series))
 
 
 def owners(view: WindowView) -> list[str]:
@@ -151,6 +162,8 @@ def _levels(view: WindowView, owner: str) -> list[str]:
 
 
 def throttled_ratio(view: WindowView, owner: str) -> Throttling:
+    """The share of CPU bandwidth periods in which a quota held the owner's tasks back, at the
+    level (its own cgroup or a child's) whose quota binds."""
     best: tuple[float, str] | None = None
     per_level: list[tuple[list[float], list[float]]] = []
     for level in _levels(view, owner):
@@ -169,12 +182,13 @@ def throttled_ratio(view: WindowView, owner: str) -> Throttling:
         # periods that ended throttled.
         shares = [min(1.0, t[i] / p[i]) for p, t in per_level if p[i] == p[i] and t[i] == t[i] and p[i] > 0]
         series.append(max(shares) if shares else NAN)
+    intervals = Column(view.times[:-1], series)
     if best is None:
-        return Throttling(None, None, None, None, view.times[1:], series)
+        return Throttling(None, None, None, None, intervals)
     ratio, level = best
     quotas = [v for v in view.column((owner, QUOTA, level)) if v == v]
     seconds = window_rate(view.times, view.column((owner, THROTTLED_SECONDS, level)))
-    return Throttling(ratio, level, quotas[-1] if quotas else None, seconds, view.times[1:], series)
+    return Throttling(ratio, level, quotas[-1] if quotas else None, seconds, intervals)
 
 
 def pressure_rate(view: WindowView, owner: str, resource: str, scope: str) -> Rate:

@@ -1,3 +1,0 @@
-from gpuwait.collectors.cgroup.metrics import METRICS
-
-__all__ = ["METRICS"]
