@@ -4,7 +4,8 @@ series with its labels, and the value of every series that the fixture fixes.
 
 The fixture host is tests/fixtures/host (procfs, sysfs, an NFS mount, two RDMA HCAs) and the
 NVML test double's 8-GPU machine (tests/support/nvml_double/hgx_h100.yaml), with the
-workload record of the GPU process and the NCCL Inspector dump it wrote. Values that move with time rather than with the fixture
+workload record of the GPU process, the NCCL Inspector dump it wrote and the cgroup v2 tree of
+its owners (a pod and a Slurm job). Values that move with time rather than with the fixture
 are written as ``<varies>``: the exporter's own timings and read counts, the GPU values the
 double drives on its clock (utilization, activity, power, counters) and what is computed
 from them (GPU window statistics, the verdict); build info is left out. The series set is
@@ -100,7 +101,8 @@ def steady_scrape(exp: ExporterProcess) -> str:
                 and samples.get("gpuwait_gpu_verdict") and samples.get("gpuwait_gpu_window_utilization_mean_ratio")
                 and samples.get("gpuwait_rdma_port_window_transmit_mean_bytes_per_second")
                 and samples.get("gpuwait_nfs_window_operations_per_second")
-                and samples.get("gpuwait_nccl_window_exec_ratio"))
+                and samples.get("gpuwait_nccl_window_exec_ratio")
+                and samples.get("gpuwait_owner_cpu_window_usage_cores"))
 
     exp.wait_for(settled, timeout=60.0, interval=0.2)
     time.sleep(1.0)  # one more analysis pass over the settled state
