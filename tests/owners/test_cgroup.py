@@ -137,7 +137,7 @@ def test_kubernetes_cgroupfs_v1_burstable():
     assert (o.kind, o.id, o.pod_uid, o.qos, o.container_id, o.runtime) == (
         "kubernetes", f"kubernetes:{POD_V1}", POD_V1, "burstable", CTR_V1, None
     )
-    assert o.cgroup == f"/kubepods/burstable/pod{POD_V1}/{CTR_V1}"
+    assert o.cgroup == f"/kubepods/burstable/pod{POD_V1}"  # the pod's, not the container's
 
 
 def test_kubernetes_systemd_v1_besteffort_under_docker():

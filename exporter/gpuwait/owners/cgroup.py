@@ -128,7 +128,9 @@ class Owner:
     slurm_uid: str | None = field(default=None, compare=False)
     slurm_step: str | None = field(default=None, compare=False)
     unit: str | None = field(default=None, compare=False)
-    #: the cgroup path the owner was recognised in
+    #: the owner's own cgroup: the pod's (not one container's, so that every process of the
+    #: pod gives the same path, where the kubelet sets the pod's CPU limit), the Slurm job's,
+    #: the container's or the unit's; "/" for the host
     cgroup: str = field(default="/", compare=False)
 
     def labels(self) -> dict[str, str]:
@@ -204,12 +206,10 @@ def _kubernetes(segments: list[str]) -> Owner | None:
             continue
         uid, qos = found
         container_id = runtime = None
-        end = i + 1
-        if end < len(segments):
-            container = _container_segment(segments[end])
+        if i + 1 < len(segments):
+            container = _container_segment(segments[i + 1])
             if container is not None:
                 runtime, container_id = container
-                end += 1
         return Owner(
             kind="kubernetes",
             id=f"kubernetes:{uid}",
@@ -217,7 +217,7 @@ def _kubernetes(segments: list[str]) -> Owner | None:
             qos=qos,
             container_id=container_id,
             runtime=runtime,
-            cgroup="/" + "/".join(segments[:end]),
+            cgroup="/" + "/".join(segments[: i + 1]),
         )
     return None
 

@@ -29,6 +29,7 @@ from gpuwait.core.source import HostPaths, Source
 from gpuwait.nvml.gateway import DeviceResult, Gateway
 from gpuwait.nvml.session import DeviceSession
 from gpuwait.nvml.values import NA
+from gpuwait.owners.directory import acquire_directory, release_directory
 from gpuwait.owners.tracker import ActivityReport, OwnerTracker
 
 CALL_TIMEOUT = Option("collector.gpu.call-timeout", parse_duration, 2.0,
@@ -202,6 +203,8 @@ class GpuDeviceSource(Source):
         self.gpm_enabled = settings[GPM]
         self._xids: dict[str, Counter] = {}
         self.tracker = OwnerTracker(paths) if self.processes_enabled else None
+        #: where the owner cgroup source learns who holds a GPU
+        self.owner_directory = acquire_directory(paths)
 
     def read(self) -> Reading:
         t = time.monotonic()
@@ -218,11 +221,14 @@ class GpuDeviceSource(Source):
         owners: dict[str, OwnerState] = {}
         if self.tracker is not None:
             pids = {p.pid for g in gpus for p in g.processes or ()}
+            attributed = []
             if pids:
                 report = self.tracker.sample(pids)
                 errors.extend(report.errors)
                 gpus = [replace(g, owners=_owner_uses(g, report)) for g in gpus]
                 owners = _owner_states(report)
+                attributed = [a.owner for a in report.owners.values()]
+            self.owner_directory.update(attributed)
         gpus = self._with_nics(gpus)
         data = GpuDeviceData(True, "", status.driver_version, status.cuda_version, tuple(gpus),
                              self.gateway.error_counts(), owners)
@@ -313,6 +319,7 @@ class GpuDeviceSource(Source):
         )
 
     def close(self) -> None:
+        release_directory(self.paths)
         if self._own_gateway:
             release_gateway(self.gateway)
 
