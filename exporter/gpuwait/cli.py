@@ -92,7 +92,7 @@ def _recorder(sampler: Sampler, settings: Settings) -> TraceWriter:
         writer = TraceWriter(settings[RECORD_FILE], meta={
             "sample_interval": settings.sample_interval, "slow_interval": settings.slow_interval,
             "analysis_window": settings.analysis_window, "analysis_interval": settings[ANALYSIS_INTERVAL],
-        })
+        }, origin=time.monotonic())
     except OSError as e:
         raise ConfigError(f"record.file: cannot write {settings[RECORD_FILE]}: {e.strerror or e}") from None
     sampler.observers.append(writer.write)

@@ -46,6 +46,19 @@ def test_round_trip_keeps_payloads_and_relative_time(tmp_path, name):
     assert [r.t for r in back] == pytest.approx([i * 0.1 for i in range(5)])
 
 
+def test_readings_finished_out_of_order_stay_after_the_recording_start(tmp_path):
+    # Each source's thread writes when its read is done: a slow read taken first is written
+    # after a quick one taken later, and t counts from when the recording started.
+    path = tmp_path / "t.jsonl.gz"
+    writer = TraceWriter(str(path), origin=1000.0)
+    for source, t in (("slow", 1000.3), ("quick", 1000.1), ("quick", 1000.2)):
+        writer.write(Reading(source, t, CpuData({"0": {"user": 1.0, "idle": 0.0}}, 2, 0)))
+    writer.close()
+    back = TraceReader(str(path), {"slow": CpuData, "quick": CpuData})
+    assert [(r.source, r.t) for r in back] == [("slow", pytest.approx(0.3)), ("quick", pytest.approx(0.1)),
+                                                ("quick", pytest.approx(0.2))]
+
+
 def test_replay_gives_the_same_window_stats_as_live(tmp_path):
     """The replay path is the live path: the same readings give the same statistics."""
     cfg = settings(**{"analysis.window": 10.0, "analysis.interval": 1.0})

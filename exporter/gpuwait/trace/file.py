@@ -40,12 +40,16 @@ class TraceHeader:
 class TraceWriter:
     """Appends Readings as they are taken. Thread-safe: every source thread calls ``write``."""
 
-    def __init__(self, path: str, meta: Mapping[str, Any] | None = None, flush_interval: float = 1.0) -> None:
+    def __init__(self, path: str, meta: Mapping[str, Any] | None = None, flush_interval: float = 1.0,
+                 origin: float | None = None) -> None:
         raw = open(path, "wb")
         self._file: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) if path.endswith(".gz") else raw
         self._raw = raw
         self._lock = threading.Lock()
-        self._origin: float | None = None
+        #: The instant written as t = 0; by default the first Reading written. Sources are read
+        #: by their own threads and finish out of order, so a recorder that is attached to a
+        #: running sampler passes the instant it started, which precedes every Reading.
+        self._origin: float | None = origin
         self._flush_interval = flush_interval
         self._last_flush = time.monotonic()
         header = {
