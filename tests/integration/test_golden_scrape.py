@@ -28,7 +28,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fixture_host import host_args, host_env
+from fixture_host import QUICK_TIMING, host_args, host_env
 from gpuwait.catalog import CATALOG
 from support import ExporterProcess, value
 
@@ -89,17 +89,27 @@ def canonical(exposition: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The analysis window the quick timing sets, in seconds.
+WINDOW = float(next(a for a in QUICK_TIMING if a.startswith("--analysis.window=")).split("=")[1].rstrip("s"))
+
+
 def steady_scrape(exp: ExporterProcess) -> str:
     """A scrape once the double's timeline has settled: GPU 3 has fallen off the bus and come
     back, its processes have been read again (a lost GPU has none to read, and the verdict
-    publishes link and dip series only for a GPU whose processes are unknown or running), and
-    every window statistic and the verdict are there."""
+    publishes link and dip series only for a GPU whose processes are unknown or running), its
+    absence has left the analysis window (whether the dips of a window with a hole in it still
+    repeat depends on how much of the hole is left), and every window statistic and the verdict
+    are there."""
     seen_lost = False
+    back_at = None
 
     def settled(samples):
-        nonlocal seen_lost
-        seen_lost = seen_lost or value(samples, "gpuwait_gpu_up", gpu=3) == 0.0
-        return (seen_lost and value(samples, "gpuwait_gpu_up", gpu=3) == 1.0
+        nonlocal seen_lost, back_at
+        up = value(samples, "gpuwait_gpu_up", gpu=3)
+        seen_lost = seen_lost or up == 0.0
+        if seen_lost and up == 1.0 and back_at is None:
+            back_at = time.monotonic()
+        return (back_at is not None and time.monotonic() - back_at > WINDOW + 0.5
                 and value(samples, "gpuwait_gpu_processes", gpu=3) is not None
                 and samples.get("gpuwait_gpu_verdict") and samples.get("gpuwait_gpu_window_utilization_mean_ratio")
                 and samples.get("gpuwait_rdma_port_window_transmit_mean_bytes_per_second")
@@ -107,7 +117,7 @@ def steady_scrape(exp: ExporterProcess) -> str:
                 and samples.get("gpuwait_nccl_window_exec_ratio")
                 and samples.get("gpuwait_owner_cpu_window_usage_cores"))
 
-    exp.wait_for(settled, timeout=60.0, interval=0.2)
+    exp.wait_for(settled, timeout=90.0, interval=0.2)
     time.sleep(1.0)  # more than one analysis pass, and with it a verdict, over the settled state
     return exp.scrape_text()
 
