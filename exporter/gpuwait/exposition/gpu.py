@@ -6,6 +6,7 @@ from collections.abc import Iterator, Mapping
 
 from gpuwait.collectors import CollectorSpec, Sample, Snapshot, SourceSpec
 from gpuwait.config import Settings
+from gpuwait.kubelet import KubeletStatus
 from gpuwait.nvml.values import CLOCK_EVENT_REASONS
 from gpuwait.parsers.cgroup import LABEL_NAMES as OWNER_LABELS
 from gpuwait.sources import gpu as gpu_sources
@@ -129,6 +130,8 @@ def _slow(data: GpuDeviceData, has_gpm_pcie: set[tuple[str, str]]) -> Iterator[S
             owner = data.owners.get(use.owner)
             if owner is not None:
                 yield Sample("gpuwait_gpu_owner_info", labels + tuple(owner.labels[name] for name in OWNER_LABELS), 1.0)
+            for container_id, container in use.containers:
+                yield Sample("gpuwait_gpu_owner_container_info", labels + (use.owner, container_id, container), 1.0)
             yield Sample("gpuwait_gpu_owner_processes", labels + (use.owner,), use.processes)
             yield Sample("gpuwait_gpu_owner_memory_used_bytes", labels + (use.owner,), use.memory_bytes)
             yield Sample("gpuwait_gpu_owner_utilization_ratio", labels + (use.owner,), use.utilization)
@@ -147,6 +150,8 @@ def _slow(data: GpuDeviceData, has_gpm_pcie: set[tuple[str, str]]) -> Iterator[S
         for gi, metrics in sorted(g.mig_gpm.items()):
             for key, name in _MIG_GPM_GAUGES:
                 yield Sample(name, labels + (str(gi),), metrics.get(key))
+    if data.kubelet is not None:
+        yield from _kubelet(data.kubelet)
     for owner_id, owner in data.owners.items():
         yield Sample("gpuwait_gpu_owner_host_processes", (owner_id,), owner.processes)
         for state in ("running", "blocked", "sleeping", "other"):
@@ -154,6 +159,15 @@ def _slow(data: GpuDeviceData, has_gpm_pcie: set[tuple[str, str]]) -> Iterator[S
         yield Sample("gpuwait_gpu_owner_cpus", (owner_id, "all"), owner.cpus)
         yield Sample("gpuwait_gpu_owner_cpus", (owner_id, "running"), owner.running_cpus)
         yield Sample("gpuwait_gpu_owner_cpu_seconds_total", (owner_id,), owner.cpu_seconds_total)
+
+
+def _kubelet(status: KubeletStatus) -> Iterator[Sample]:
+    if status.up is not None:
+        yield Sample("gpuwait_kubelet_up", (), 1.0 if status.up else 0.0)
+    yield Sample("gpuwait_kubelet_pods", (), status.pods)
+    yield Sample("gpuwait_kubelet_requests_total", (), status.requests)
+    for cause, count in sorted(status.errors.items()):
+        yield Sample("gpuwait_kubelet_errors_total", (cause,), count)
 
 
 def _window(stats: gpu_stats.GpuWindowStats, down: set[tuple[str, str]]) -> Iterator[Sample]:

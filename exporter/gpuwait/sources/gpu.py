@@ -21,7 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from gpuwait.config import Option, Settings, parse_bool, parse_duration, parse_fraction, register_option
-from gpuwait import topology
+from gpuwait import kubelet, topology
+from gpuwait.kubelet import KubeletPods, KubeletStatus
 from gpuwait.nvml.gateway import DeviceResult, DeviceSession, Gateway
 from gpuwait.nvml.values import NA, DeviceInfo, GpuProcess, Memory, MigInstance, NvLink, PcieLink, or_none
 from gpuwait.owners import ActivityReport, OwnerTracker
@@ -44,6 +45,8 @@ register_option(Option("collector.gpu.gpm", parse_bool, True,
                        "them (Hopper and newer).", "BOOL"))
 register_option(Option("collector.gpu.processes", parse_bool, True,
                        "Read the compute processes on each GPU and attribute them to their owners.", "BOOL"))
+for _option in kubelet.OPTIONS:
+    register_option(_option)
 
 #: With no new driver sample for this long, the GPU is polled instead: an idle GPU's sample
 #: buffer can run dry, and an idle GPU must read as 0, not as absent.
@@ -237,6 +240,9 @@ class OwnerUse:
     memory_bytes: float | None = None
     #: sum of its processes' SM busy ratios (NVML process utilization)
     utilization: float | None = None
+    #: a pod's containers with processes on this GPU: (container id from the cgroup path,
+    #: container name from the kubelet or "" while unknown)
+    containers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +312,8 @@ class GpuDeviceData:
     nvml_errors: dict[tuple[int, str], dict[tuple[str, str], int]] = field(default_factory=dict)
     #: owner id -> state, for the owners of the GPU processes
     owners: dict[str, OwnerState] = field(default_factory=dict)
+    #: the kubelet's pod list, where pod names are looked up (collector.gpu.kubelet-endpoint)
+    kubelet: KubeletStatus | None = None
 
 
 class GpuDeviceSource(Source):
@@ -320,14 +328,25 @@ class GpuDeviceSource(Source):
         self.processes_enabled = settings["collector.gpu.processes"]
         self.gpm_enabled = settings["collector.gpu.gpm"]
         self._xids: dict[str, Counter] = {}
-        self.tracker = OwnerTracker(paths) if self.processes_enabled else None
+        self.tracker: OwnerTracker | None = None
+        self.kubelet: KubeletPods | None = None
+
+    def _start_owners(self) -> None:
+        # At the first read, not at construction: an exporter that fails to start (a bad
+        # listen address) starts no kubelet thread and logs nothing about pods.
+        if self.processes_enabled and self.tracker is None:
+            self.kubelet = kubelet.from_settings(self.settings)
+            self.tracker = OwnerTracker(self.paths, resolve_pod=self.kubelet)
 
     def read(self) -> Reading:
         t = time.monotonic()
+        self._start_owners()
         status = self.gateway.ensure()
+        pods = self.kubelet.status() if self.kubelet is not None else None
         if not status.up:
             gpus = tuple(GpuDevice(i, u, False) for i, u, _ in self.gateway.devices())
-            return self.reading(t, GpuDeviceData(False, status.reason, "", "", gpus, self.gateway.error_counts()))
+            return self.reading(t, GpuDeviceData(False, status.reason, "", "", gpus, self.gateway.error_counts(),
+                                                 kubelet=pods))
         results = self.gateway.run(self._job, lane="slow")
         errors: list[str] = []
         gpus = []
@@ -340,11 +359,11 @@ class GpuDeviceSource(Source):
             if pids:
                 report = self.tracker.sample(pids)
                 errors.extend(report.errors)
-                gpus = [replace(g, owners=_owner_uses(g, report)) for g in gpus]
+                gpus = [replace(g, owners=_owner_uses(g, report, self.kubelet)) for g in gpus]
                 owners = _owner_states(report)
         gpus = self._with_nics(gpus)
         data = GpuDeviceData(True, "", status.driver_version, status.cuda_version, tuple(gpus),
-                             self.gateway.error_counts(), owners)
+                             self.gateway.error_counts(), owners, pods)
         return self.reading(t, data, tuple(dict.fromkeys(errors)))
 
     def _with_nics(self, gpus: list[GpuDevice]) -> list[GpuDevice]:
@@ -432,24 +451,31 @@ class GpuDeviceSource(Source):
         )
 
     def close(self) -> None:
+        if self.kubelet is not None:
+            self.kubelet.close()
         if self._own_gateway:
             release_gateway(self.gateway)
 
 
-def _owner_uses(gpu: GpuDevice, report: ActivityReport) -> tuple[OwnerUse, ...]:
+def _owner_uses(gpu: GpuDevice, report: ActivityReport, pods: KubeletPods | None = None) -> tuple[OwnerUse, ...]:
     uses: dict[str, list] = {}
+    containers: dict[str, dict[str, str]] = {}
     for process in gpu.processes or ():
         owner = report.owner_of.get(process.pid)
         if owner is None:
             continue  # exited since NVML listed it, or unreadable (counted in errors)
         use = uses.setdefault(owner.id, [0, None, None])
+        if owner.kind == "kubernetes" and owner.container_id:
+            name = pods.container_name(owner.pod_uid, owner.container_id) if pods is not None else None
+            containers.setdefault(owner.id, {})[owner.container_id] = name or ""
         use[0] += 1
         if process.used_memory_bytes is not None:
             use[1] = (use[1] or 0.0) + process.used_memory_bytes
         share = gpu.process_sm.get(process.pid)
         if share is not None:
             use[2] = (use[2] or 0.0) + share
-    return tuple(OwnerUse(owner, n, memory, None if sm is None else min(1.0, sm))
+    return tuple(OwnerUse(owner, n, memory, None if sm is None else min(1.0, sm),
+                          tuple(sorted(containers.get(owner, {}).items())))
                  for owner, (n, memory, sm) in sorted(uses.items()))
 
 
