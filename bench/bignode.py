@@ -5,7 +5,7 @@
 
 DIR/proc and DIR/sys are what ``--path.procfs`` and ``--path.sysfs`` of gpuwait and of
 node_exporter point at; DIR/gpus.yaml describes the GPUs to the NVML test double
-(tests/nvml_double): H100s with GPM and 18 NVLink links each, one process per GPU. The RDMA
+(tests/support/nvml_double): H100s with GPM and 18 NVLink links each, one process per GPU. The RDMA
 HCAs are the fixture host's two (tests/fixtures/host: an NDR InfiniBand and a RoCE HCA with
 their counters and hw_counters) repeated, half of each kind, each on its own PCI root port.
 The writer rewrites every counter file the exporters sample, whole (``os.replace``), as the

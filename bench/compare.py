@@ -166,7 +166,7 @@ def self_costs(text: str) -> dict:
 
 def exporters(tree: pathlib.Path) -> list[Exporter]:
     paths = [f"--path.procfs={tree / 'proc'}", f"--path.sysfs={tree / 'sys'}"]
-    env = {"PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "nvml_double"), os.environ.get("PYTHONPATH", "")]),
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "support" / "nvml_double"), os.environ.get("PYTHONPATH", "")]),
            "GPUWAIT_NVML_DOUBLE": str(tree / "gpus.yaml")}
     out = []
     for name, extra in (("gpuwait", []), ("gpuwait-host", ["--no-collector.gpu"])):

@@ -19,7 +19,7 @@ import time
 import tracemalloc
 import uuid
 
-from gpuwait.kubelet import parse_pod_list
+from gpuwait.owners.kubelet import parse_pod_list
 
 
 def pod(i: int) -> dict:

@@ -30,10 +30,10 @@ from functools import partial
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "exporter"))
 
-from gpuwait.collectors import AnalysisInputs, registry  # noqa: E402
-from gpuwait.config import resolve  # noqa: E402
-from gpuwait.errors import SourceError  # noqa: E402
-from gpuwait.ring import ColumnRing  # noqa: E402
+from gpuwait.core.plugin import AnalysisInputs  # noqa: E402
+from gpuwait.core.registry import registry, resolve  # noqa: E402
+from gpuwait.core.errors import NoData, SourceError  # noqa: E402
+from gpuwait.core.ring import ColumnRing  # noqa: E402
 
 FIXTURE_TREE = REPO / "tests" / "fixtures" / "host"
 
@@ -120,9 +120,10 @@ def _bench_started_source(spec, source, settings, iterations, table, totals, vie
     interval = settings.slow_interval if tier == "slow" else settings.sample_interval
     try:
         reading = source.read()
-    except SourceError as e:
+    except (SourceError, NoData) as e:
+        outcome = "no data" if isinstance(e, NoData) else "fails"
         table.add(f"{spec.name}: read [{tier}]", *measure(partial(_read_or_none, source), iterations),
-                  note=f"fails: {e.cause}")
+                  note=f"{outcome}: {e.cause}")
         return
     latest[spec.name] = reading
     note = f"{len(reading.errors)} part(s) failing, e.g. {reading.errors[0]}" if reading.errors else ""
@@ -150,7 +151,7 @@ def _bench_started_source(spec, source, settings, iterations, table, totals, vie
             break
         try:
             rows = _rows_of(spec, source.read())
-        except SourceError:
+        except (SourceError, NoData):
             continue
         for _, values in rows:
             ring.append(t, values)
@@ -220,7 +221,7 @@ def bench_tree(label: str, procfs: str, sysfs: str, iterations: int, ref_us: flo
 def _read_or_none(source) -> None:
     try:
         source.read()
-    except SourceError:
+    except (SourceError, NoData):
         pass
 
 

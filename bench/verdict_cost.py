@@ -18,8 +18,9 @@ import subprocess
 import sys
 import time
 
-from gpuwait.collectors import registry
-from gpuwait.config import resolve
+
+from gpuwait.core.plugin import AnalysisInputs
+from gpuwait.core.registry import resolve
 from gpuwait.simulate.model import SCENARIOS, Topology
 from gpuwait.simulate.run import run_virtual
 
@@ -62,7 +63,6 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args()
 
-    registry()
     settings, _ = resolve([])
     topology = Topology(nics=tuple(f"eth{i}" for i in range(args.nics)), rdma_devices=tuple(f"mlx5_{i}" for i in range(args.rdma)))
     scenario = dataclasses.replace(SCENARIOS[args.scenario], topology=topology).with_params(gpus=args.gpus, cores=args.cores)
@@ -79,8 +79,6 @@ def main() -> None:
         sampler.analyse_once(now=end)
         passes.append(time.perf_counter() - t0)
     # The verdict alone, from the same inputs the pass hands it.
-    from gpuwait.collectors import AnalysisInputs
-
     views = {n: s.ring.view(since=end - settings.analysis_window) for n, s in sampler.states.items() if s.ring is not None}
     inputs = AnalysisInputs(views, {n: s.stats for n, s in sampler.states.items()}, {n: s.latest for n, s in sampler.states.items() if s.latest}, end)
     for _ in range(args.repeat):

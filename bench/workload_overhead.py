@@ -23,7 +23,7 @@ import time
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "exporter"))
 
-from gpuwait.workload import COMPUTE, DATA, Workload  # noqa: E402
+from gpuwait.client import COMPUTE, DATA, Workload  # noqa: E402
 
 
 def best_ns(fn, iterations: int, repeats: int) -> float:

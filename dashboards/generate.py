@@ -2,18 +2,26 @@
 
 ``python dashboards/generate.py`` writes one JSON file per dashboard into dashboards/json/,
 which Grafana's file provider loads (deploy/local/grafana/). The JSON is committed; a test
-rebuilds it and fails when the two differ, so edit this file, never the JSON.
+rebuilds it and fails when the two differ, so edit this file, never the JSON. Thresholds and the
+cluster label come from mixin/config.yml, the one configuration of rules and dashboards
+(``--config site.yml`` for a site's own); the Helm chart's copy keeps them as placeholders its
+``mixin:`` values fill (``templated()``).
 
 Conventions every panel follows: a Prometheus datasource chosen by the ``datasource``
-variable; the chained variables ``instance`` -> ``gpu`` -> ``owner``; ``$__rate_interval``
-in every rate; a unit; and a description that ends with the claim ids (A1..A14 of the
-method) the panel serves. Firing alerts are drawn as annotations on every dashboard.
+variable; the chained variables ``cluster`` -> ``job`` -> ``instance`` -> ``gpu`` -> ``owner``;
+``$__rate_interval`` in every rate; a unit; threshold lines where a value has a meaning (the
+alerts' own thresholds); a link to the runbook of every alert the panel mirrors; and a
+description that ends with the claim ids (A1..A14 of the method) the panel serves, as every
+row title does. Firing alerts of the chosen gpuwait jobs and nodes are drawn as annotations on
+every dashboard.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -24,25 +32,49 @@ from grafana_foundation_sdk.models import prometheus as prometheus_model
 from grafana_foundation_sdk.models import heatmap as heatmap_model
 from grafana_foundation_sdk.models import dashboard as model
 
-OUT = pathlib.Path(__file__).parent / "json"
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+import mixin  # noqa: E402
 
-#: The verdict's causes, in the order the state timeline encodes them. Kept in step with
-#: gpuwait.analysis.attribution.CAUSES by a test.
-CAUSES = ("none", "data_pipeline", "storage", "host_transfer", "network", "sync", "insufficient_work", "throttled")
+OUT = HERE / "json"
+
+#: The verdict's causes, in the order the state timeline encodes them: the exporter's own.
+CAUSES = mixin.CAUSES
 CAUSE_COLORS = {
     "none": "green", "data_pipeline": "orange", "storage": "purple", "host_transfer": "blue",
     "network": "red", "sync": "yellow", "insufficient_work": "text", "throttled": "dark-red",
 }
 
 DS = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
-NODE = 'instance=~"$instance"'
-GPU = 'instance=~"$instance", gpu=~"$gpu"'
-OWNER = 'instance=~"$instance", owner=~"$owner"'
 RI = "$__rate_interval"
-#: Busy as the exporter counts it: every mode but idle and iowait (iowait is idle time).
-BUSY_MODES = NODE + ', mode!~"idle|iowait"'
 ROCE_CONGESTION = 'counter=~"np_ecn_marked_roce_packets|np_cnp_sent|rp_cnp_handled"'
 ROCE_RETRANSMITS = 'counter=~"out_of_sequence|local_ack_timeout_err|packet_seq_err"'
+
+#: Set by configure() from the configuration being built: the settings, the cluster label and
+#: the selectors every query starts with.
+CONFIG: dict = {}
+CL = "cluster"
+NODE = GPU = OWNER = BUSY_MODES = ""
+
+
+def configure(values: dict) -> None:
+    global CONFIG, CL, NODE, GPU, OWNER, BUSY_MODES
+    CONFIG = values
+    CL = values["labels"]["cluster"]
+    NODE = f'{CL}=~"$cluster", job=~"$job", instance=~"$instance"'
+    GPU = NODE + ', gpu=~"$gpu"'
+    OWNER = NODE + ', owner=~"$owner"'
+    #: Busy as the exporter counts it: every mode but idle and iowait (iowait is idle time).
+    BUSY_MODES = NODE + ', mode!~"idle|iowait"'
+
+
+def setting(path: str):
+    """A setting of the configuration being built (a placeholder in the chart's copy)."""
+    node = CONFIG
+    for part in path.split("."):
+        node = node[part]
+    return node
+
 
 #: The uid of each dashboard, also the target of the links between them.
 UIDS = {
@@ -61,14 +93,7 @@ def rate(metric: str, selector: str) -> str:
 
 def owned(expr: str) -> str:
     """Restrict a per-GPU expression to the GPUs of the selected owners."""
-    return f'({expr} and on(instance, gpu) gpuwait_gpu_owner_info{{{OWNER}}})'
-
-
-def pcie_capacity(selector: str) -> str:
-    """Bytes/s the link can carry at its current generation and width (usable rate per lane)."""
-    lanes = {1: "0.25e9", 2: "0.5e9", 3: "0.985e9", 4: "1.969e9", 5: "3.938e9", 6: "7.56e9"}
-    per_lane = " + ".join(f"(gpuwait_gpu_pcie_link_generation{{{selector}}} == bool {g}) * {b}" for g, b in lanes.items())
-    return f"(({per_lane}) * gpuwait_gpu_pcie_link_width{{{selector}}})"
+    return f'({expr} and on({CL}, job, instance, gpu) gpuwait_gpu_owner_info{{{OWNER}}})'
 
 
 @dataclass
@@ -107,10 +132,16 @@ class Board:
         self.builder.with_row(dashboard.Row(title).collapsed(False).id(self._take_id()))
 
     def add(self, panel) -> None:
+        alerts = MIRRORS.get(panel._internal.title, ())
+        if alerts:
+            panel = panel.links(runbook_links(alerts))
         self.builder.with_panel(panel.id(self._take_id()).datasource(DS))
 
     def build(self) -> dict:
-        return json.loads(json.dumps(self.builder.build(), cls=JSONEncoder, sort_keys=True))
+        board = json.loads(json.dumps(self.builder.build(), cls=JSONEncoder, sort_keys=True))
+        for annotation in board["annotations"]["list"]:
+            annotation.update(ANNOTATION_FORMAT)
+        return board
 
     def _take_id(self) -> int:
         self._next_id += 1
@@ -132,21 +163,34 @@ def layer_link(key: str) -> dashboard.DashboardLink:
 
 
 def variables() -> list:
-    def query(name: str, label: str, expr: str, description: str) -> dashboard.QueryVariable:
-        return (
+    def query(name: str, label: str, expr: str, description: str, all_value: str | None = ".*") -> dashboard.QueryVariable:
+        v = (
             dashboard.QueryVariable(name).label(label).description(description).datasource(DS)
             .query(expr)
             .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(model.VariableSort.NATURAL_ASC)
-            .multi(True).include_all(True).all_value(".*")
+            .multi(True).include_all(True)
             .current(model.VariableOption(selected=True, text="All", value="$__all"))
         )
+        return v.all_value(all_value) if all_value is not None else v
 
+    cluster = f'{CL}=~"$cluster"'
     return [
         dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")
         .description("The Prometheus that scrapes the gpuwait exporters."),
-        query("instance", "Node", "label_values(gpuwait_build_info, instance)", "gpuwait exporters (one per node)."),
-        query("gpu", "GPU", 'label_values(gpuwait_gpu_up{instance=~"$instance"}, gpu)', "GPU indexes on the chosen nodes."),
-        query("owner", "Owner", 'label_values(gpuwait_gpu_owner_info{instance=~"$instance", gpu=~"$gpu"}, owner)',
+        query("cluster", "Cluster", f"label_values(gpuwait_build_info, {CL})",
+              f"Clusters, by the {CL} label, where one Prometheus (Thanos, Mimir) holds several; empty where none carries it."),
+        # No catch-all for job: "All" stands for exactly the jobs listed (Grafana joins them into
+        # a regex), so selectors on it never match series of other jobs or alerts without a job
+        # (kube-prometheus-stack's Watchdog).
+        query("job", "Job", f"label_values(gpuwait_build_info{{{cluster}}}, job)",
+              'The scrape jobs of the gpuwait exporters: "gpuwait" for a plain scrape job or the chart\'s ServiceMonitor, '
+              '"<namespace>/<name>" for a PodMonitor.', all_value=None),
+        query("instance", "Node", f'label_values(gpuwait_build_info{{{cluster}, job=~"$job"}}, instance)',
+              "gpuwait exporters (one per node)."),
+        query("gpu", "GPU", f'label_values(gpuwait_gpu_up{{{cluster}, job=~"$job", instance=~"$instance"}}, gpu)',
+              "GPU indexes on the chosen nodes."),
+        query("owner", "Owner",
+              f'label_values(gpuwait_gpu_owner_info{{{cluster}, job=~"$job", instance=~"$instance", gpu=~"$gpu"}}, owner)',
               "Owners (pod, Slurm job, container, unit) of processes on the chosen GPUs."),
     ]
 
@@ -155,9 +199,15 @@ def alerts_annotation() -> dashboard.AnnotationQuery:
     return (
         dashboard.AnnotationQuery().name("Alerts firing").datasource(DS).enable(True).hide(False)
         .icon_color("red")
-        # Node-level alerts carry instance; fleet-level ones (cross-node straggler) do not.
-        .expr('ALERTS{alertstate="firing", instance=~"$instance"} or ALERTS{alertstate="firing", instance=""}')
+        # Only alerts of the chosen gpuwait jobs and nodes: every gpuwait alert that concerns a
+        # node carries both, and alerts of the rest of the stack (Watchdog has neither) stay off.
+        .expr(f'ALERTS{{alertstate="firing", {NODE}}}')
     )
+
+
+#: What Grafana's Prometheus annotation shows of each alert (fields the SDK's builder lacks).
+ANNOTATION_FORMAT = {"titleFormat": "{{alertname}}", "textFormat": "{{instance}} GPU {{gpu}} {{owner_namespace}}/{{owner_pod}}",
+                     "tagKeys": "severity,scope", "useValueForTime": False, "step": "60s"}
 
 
 def targets(queries: list[Q]) -> list:
@@ -175,10 +225,81 @@ def describe(text: str, claims: str) -> str:
     return f"{text} Serves {claims}."
 
 
+#: A threshold line: (colour, setting path of mixin/config.yml); drawn where the alerts draw it.
+Line = tuple[str, str]
+
+#: The alerts each panel mirrors (it shows the series the alert fires on); the panel links to
+#: their runbooks, and every alert has at least one such panel (tests/test_dashboards.py).
+MIRRORS: dict[str, tuple[str, ...]] = {
+    "Utilization next to SM activity": ("GpuUnderutilized",),
+    "Wait attribution, per node": ("GpuWaitingOnDataPipeline", "GpuWaitingOnStorage", "GpuWaitingOnHostTransfer",
+                                   "GpuWaitingOnNetwork", "GpuInsufficientWork"),
+    "Verdict per GPU": ("GpuSyncStraggler", "GpuThrottled"),
+    "Utilization vs disk queue depth": ("GpuWaitingOnStorage",),
+    "Utilization vs read latency": ("GpuWaitingOnStorage",),
+    "Read request size": ("GpuWaitingOnStorage",),
+    "NFS operation latency": ("GpuWaitingOnStorage",),
+    "NFS metadata share": ("GpuWaitingOnStorage",),
+    "Saturated cores next to the mean": ("GpuWaitingOnDataPipeline",),
+    "PSI: share of time stalled": ("GpuWaitingOnDataPipeline",),
+    "Data-side wait seen from the GPU": ("GpuWaitingOnDataPipeline", "GpuWaitingOnStorage"),
+    "PCIe throughput vs link capacity": ("GpuWaitingOnHostTransfer",),
+    "Current vs maximum link": ("GpuPcieLinkDegraded",),
+    "PCIe links: current vs max generation and width": ("GpuPcieLinkDegraded",),
+    "Link correlation with GPU activity": ("GpuWaitingOnNetwork",),
+    "Dip period": ("GpuWaitingOnNetwork",),
+    "Dip periodicity": ("GpuWaitingOnNetwork",),
+    "RDMA ports active": ("RdmaPortNotActive",),
+    "ECN marks and CNPs": ("RdmaRoceCongestion",),
+    "RoCE retransmissions": ("RdmaRoceRetransmits",),
+    "Transmit wait (credit starvation)": ("RdmaInfinibandCongestion",),
+    "Link errors": ("RdmaInfinibandLinkErrors",),
+    "GPU–NIC PCIe relation": ("GpuNicAffinityMismatch",),
+    "Straggler GPU": ("GpuSyncStraggler",),
+    "Time waiting on a peer": ("GpuSyncStraggler",),
+    "Mean utilization per node of the owner": ("GpuSyncStraggler",),
+    "The straggling node (recorded)": ("GpuSyncStraggler",),
+    "Clock-event reasons": ("GpuThrottled",),
+    "GPU up": ("GpuLost", "GpuCountDropped"),
+    "XID errors": ("GpuLost",),
+    "Targets up": ("GpuwaitExporterDown", "GpuwaitExporterAbsent"),
+    "Source up": ("GpuwaitSourceDown",),
+    "Source errors": ("GpuwaitSourceDown",),
+    "Sampler lag": ("GpuwaitSamplerOverruns",),
+    "Skipped reads": ("GpuwaitSamplerOverruns",),
+}
+
+#: Threshold lines per panel: refId ("" for every query) -> lines, at the values the alerts use.
+LINES: dict[str, dict[str, list[Line]]] = {
+    "Utilization next to SM activity": {"A": [("orange", "underutilized.utilization"), ("green", "impact.utilization_target")]},
+    "Wait attribution, per node": {"": [("orange", "wait.min_ratio")]},
+    "Utilization vs disk queue depth": {"B": [("orange", "storage.queue_depth")]},
+    "Utilization vs read latency": {"B": [("orange", "storage.read_await_seconds")]},
+    "Read request size": {"": [("purple", "storage.small_request_bytes")]},
+    "NFS operation latency": {"": [("orange", "storage.nfs_execute_seconds")]},
+    "NFS metadata share": {"": [("purple", "storage.nfs_metadata_ratio")]},
+    "Saturated cores next to the mean": {"A": [("orange", "data_pipeline.saturated_cores")]},
+    "PSI: share of time stalled": {"": [("orange", "data_pipeline.cpu_pressure_ratio")]},
+    "Dip periodicity": {"": [("orange", "network.min_periodicity")]},
+    "ECN marks and CNPs": {"": [("orange", "rdma.roce_cnp_per_second")]},
+    "RoCE retransmissions": {"": [("orange", "rdma.roce_retransmits_per_second")]},
+    "Transmit wait (credit starvation)": {"": [("orange", "rdma.ib_xmit_wait_ticks_per_second")]},
+    "Time waiting on a peer": {"": [("orange", "straggler.barrier_wait_ratio")]},
+    "The straggling node (recorded)": {"A": [("orange", "straggler.busy_gap")], "B": [("orange", "straggler.barrier_wait_ratio")]},
+    "Clock-event reasons": {"B": [("orange", "throttled.busy_ratio")]},
+}
+
+
+def _steps(lines: list[Line]) -> list[model.Threshold]:
+    return [model.Threshold(value=None, color="transparent"), *(model.Threshold(value=setting(path), color=colour) for colour, path in lines)]
+
+
 def ts(title: str, text: str, claims: str, unit: str, queries: list[Q], *, w: int = 12, h: int = 8,
        stacked: bool = False, right: dict[str, str] | None = None, minimum: float | None = None,
-       maximum: float | None = None, bars: bool = False) -> timeseries.Panel:
-    """A time series panel; ``right`` maps a query's refId to the unit of a second, right-hand axis."""
+       maximum: float | None = None, bars: bool = False,
+       lines: dict[str, list[Line]] | None = None) -> timeseries.Panel:
+    """A time series panel; ``right`` maps a query's refId to the unit of a second, right-hand axis;
+    ``lines`` maps a refId ("" for every query) to its threshold lines."""
     p = (
         timeseries.Panel().title(title).description(describe(text, claims)).unit(unit).span(w).height(h)
         .targets(targets(queries)).fill_opacity(25 if stacked else 8).line_width(1)
@@ -194,12 +315,25 @@ def ts(title: str, text: str, claims: str, unit: str, queries: list[Q], *, w: in
         p = p.min(minimum)
     if maximum is not None:
         p = p.max(maximum)
-    for ref, other_unit in (right or {}).items():
-        p = p.override_by_query(ref, [
-            model.DynamicConfigValue(id_val="unit", value=other_unit),
-            model.DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
-            model.DynamicConfigValue(id_val="max", value=None),
-        ])
+    lines = dict(lines if lines is not None else LINES.get(title, {}))
+    if "" in lines:
+        p = (p.thresholds(dashboard.ThresholdsConfig().mode(model.ThresholdsMode.ABSOLUTE).steps(_steps(lines.pop(""))))
+             .thresholds_style(common_builders.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.DASHED)))
+    for ref in sorted(set(right or {}) | set(lines)):
+        values = []
+        if ref in (right or {}):
+            values += [
+                model.DynamicConfigValue(id_val="unit", value=right[ref]),
+                model.DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
+                model.DynamicConfigValue(id_val="max", value=None),
+            ]
+        if ref in lines:
+            values += [
+                model.DynamicConfigValue(id_val="thresholds", value=model.ThresholdsConfig(
+                    mode=model.ThresholdsMode.ABSOLUTE, steps=_steps(lines[ref]))),
+                model.DynamicConfigValue(id_val="custom.thresholdsStyle", value={"mode": "dashed"}),
+            ]
+        p = p.override_by_query(ref, values)
     return p
 
 
@@ -213,6 +347,14 @@ def tbl(title: str, text: str, claims: str, unit: str, queries: list[Q], *, w: i
     )
 
 
+def runbook_links(alerts: tuple[str, ...]) -> list[dashboard.DashboardLink]:
+    """Links to the runbooks of the alerts a panel mirrors (docs/runbooks/<alert>.md)."""
+    base = str(setting("runbook_url_base")).rstrip("/")
+    return [dashboard.DashboardLink(f"Runbook: {name}").type(model.DashboardLinkType.LINK).url(f"{base}/{name}.md")
+            .target_blank(True).tooltip(f"What {name} means, how to confirm it, what to fix").icon("doc")
+            for name in alerts]
+
+
 def cause_mappings() -> list:
     return [
         model.ValueMap(options={str(i): model.ValueMappingResult(text=c, color=CAUSE_COLORS[c], index=i)
@@ -222,6 +364,7 @@ def cause_mappings() -> list:
 
 def verdict_code(selector: str, metric: str = "gpuwait_gpu_verdict", by: str = "instance, gpu") -> str:
     """One number per GPU naming its verdict (the index into CAUSES), for a state timeline."""
+    by = f"{CL}, {by}"
     terms = " or ".join(f'({metric}{{{selector}, cause="{c}"}} == 1) * {i}' for i, c in enumerate(CAUSES))
     return f"sum by ({by}) ({terms})"
 
@@ -242,7 +385,7 @@ def triage() -> dict:
               Q(f"gpuwait_workload_window_requests_per_second{{{OWNER}}}", "{{instance}} {{owner}} requests/s")], w=8))
     b.add(ts("GPU-equivalents idle by cause, per node", "The idle fractions of a node's GPUs summed, by cause "
              "(4 GPUs idle half the time make 2).", "A14", "short",
-             [Q(f"sum by (instance, cause) (gpuwait_node_idle_gpus{{{NODE}}})", "{{instance}} {{cause}}")],
+             [Q(f"sum by ({CL}, instance, cause) (gpuwait_node_idle_gpus{{{NODE}}})", "{{instance}} {{cause}}")],
              w=8, stacked=True))
     b.row("2. Computing or waiting? (A1, A4, A14)")
     b.add(ts("Utilization next to SM activity", "The driver's utilization says a kernel ran; SM activity "
@@ -267,7 +410,7 @@ def triage() -> dict:
     b.add(ts("Wait attribution, per node", "Fraction of the window the selected GPUs sat idle, by the cause "
              "the concurrent evidence points to; the causes add up to the idle fraction.",
              "A2, A4, A6, A9, A12, A14", "percentunit",
-             [Q(f'avg by (instance, cause) (gpuwait_gpu_wait_ratio{{{GPU}}})', "{{instance}} {{cause}}")],
+             [Q(f'avg by ({CL}, instance, cause) (gpuwait_gpu_wait_ratio{{{GPU}}})', "{{instance}} {{cause}}")],
              stacked=True, minimum=0, maximum=1))
     b.add(bargauge.Panel().title("Top causes across the fleet").description(describe(
         "GPU-equivalents idle by cause over all selected nodes, largest first: where the fleet's idle "
@@ -285,7 +428,7 @@ def triage() -> dict:
 def data_pipeline() -> dict:
     b = Board(UIDS["data"], "gpuwait / Data pipeline",
               "CPU-side preparation, storage and NFS next to GPU utilization (A2, A3, A6, A7, A8).", ["data"])
-    util = Q(f"avg by (instance) (gpuwait_gpu_utilization_ratio{{{GPU}}})", "{{instance}} GPU utilization")
+    util = Q(f"avg by ({CL}, instance) (gpuwait_gpu_utilization_ratio{{{GPU}}})", "{{instance}} GPU utilization")
     b.row("Storage: queue and latency against utilization (A6, A7)")
     b.add(ts("Utilization vs disk queue depth", "GPU utilization (left) overlaid with the average number of "
              "requests in flight (right): a queue that grows exactly while the GPUs idle.", "A6, A7", "percentunit",
@@ -313,7 +456,7 @@ def data_pipeline() -> dict:
                .min(0).max(1).exponent(0.5).fill("dark-orange").scale(heatmap_model.HeatmapColorScale.EXPONENTIAL).steps(64))
         .y_axis(heatmap.YAxisConfig().unit("none"))
         .cell_values(heatmap.CellValues().unit("percentunit"))
-        .targets(targets([Q(f"sum by (instance, cpu) ({rate('gpuwait_cpu_seconds_total', BUSY_MODES)})",
+        .targets(targets([Q(f"sum by ({CL}, instance, cpu) ({rate('gpuwait_cpu_seconds_total', BUSY_MODES)})",
                             "{{instance}} cpu{{cpu}}")])))
     b.add(ts("Saturated cores next to the mean", "Cores busy nearly all the window (left) beside the mean and "
              "busiest core's busy fraction (right).", "A2, A3", "short",
@@ -323,10 +466,10 @@ def data_pipeline() -> dict:
              right={"B": "percentunit", "C": "percentunit"}, minimum=0))
     b.add(ts("Owner threads by state", "The job's host threads: running (R) vs blocked on IO (D) says whether "
              "the loader computes or waits.", "A2, A3, A6", "short",
-             [Q(f"sum by (instance, owner, state) (gpuwait_gpu_owner_threads{{{OWNER}, state=~\"running|blocked\"}})",
+             [Q(f"sum by ({CL}, instance, owner, state) (gpuwait_gpu_owner_threads{{{OWNER}, state=~\"running|blocked\"}})",
                 "{{instance}} {{state}}")], w=8))
     b.add(ts("Owner CPU use (cores)", "CPU seconds per second of the owner's host processes.", "A2, A3", "short",
-             [Q(f"sum by (instance, owner) ({rate('gpuwait_gpu_owner_cpu_seconds_total', OWNER)})", "{{instance}} {{owner}}")], w=8))
+             [Q(f"sum by ({CL}, instance, owner) ({rate('gpuwait_gpu_owner_cpu_seconds_total', OWNER)})", "{{instance}} {{owner}}")], w=8))
     b.add(ts("Run queue and blocked tasks", "Runnable tasks and tasks in uninterruptible IO wait.", "A3, A6", "short",
              [Q(f"gpuwait_procs_window_running_mean{{{NODE}}}", "{{instance}} runnable"),
               Q(f"gpuwait_procs_window_blocked_mean{{{NODE}}}", "{{instance}} blocked")], w=8))
@@ -356,9 +499,9 @@ def data_pipeline() -> dict:
              stacked=True, minimum=0, maximum=1))
     b.add(ts("Data-side wait seen from the GPU", "The exporter's own estimate when the job reports nothing: "
              "idle share given to data_pipeline and storage, next to the busy share.", "A2, A6, A8", "percentunit",
-             [Q(f'avg by (instance, cause) (gpuwait_gpu_wait_ratio{{{GPU}, cause=~"data_pipeline|storage"}})',
+             [Q(f'avg by ({CL}, instance, cause) (gpuwait_gpu_wait_ratio{{{GPU}, cause=~"data_pipeline|storage"}})',
                 "{{instance}} waiting: {{cause}}"),
-              Q(f"avg by (instance) (1 - gpuwait_gpu_window_idle_ratio{{{GPU}}})", "{{instance}} computing")],
+              Q(f"avg by ({CL}, instance) (1 - gpuwait_gpu_window_idle_ratio{{{GPU}}})", "{{instance}} computing")],
              stacked=True, minimum=0, maximum=1))
     return b.build()
 
@@ -370,8 +513,8 @@ def interconnect() -> dict:
     b.row("PCIe (A9)")
     b.add(ts("PCIe throughput vs link capacity", "Bytes/s each way through each GPU's link, against what the "
              "link carries at its current generation and width.", "A9", "Bps",
-             [Q(f"sum by (instance, gpu, direction) ({rate('gpuwait_gpu_pcie_bytes_total', GPU)})", "{{instance}} GPU {{gpu}} {{direction}}"),
-              Q(pcie_capacity(GPU), "{{instance}} GPU {{gpu}} capacity")]))
+             [Q(f"sum by ({CL}, instance, gpu, direction) ({rate('gpuwait_gpu_pcie_bytes_total', GPU)})", "{{instance}} GPU {{gpu}} {{direction}}"),
+              Q(f"gpuwait_gpu_pcie_link_capacity_bytes_per_second{{{GPU}}}", "{{instance}} GPU {{gpu}} capacity")]))
     b.add(ts("Current vs maximum link", "Current generation and width as a share of the maximum the GPU and "
              "slot reach together: below 1 under load is a downtrained link.", "A9", "percentunit",
              [Q(f"gpuwait_gpu_pcie_link_generation{{{GPU}}} / gpuwait_gpu_pcie_link_max_generation{{{GPU}}}",
@@ -390,7 +533,7 @@ def interconnect() -> dict:
     b.row("Network traffic on the same time axis as utilization (A9, A10)")
     b.add(ts("Utilization vs NIC and RDMA traffic", "GPU utilization (left) and receive throughput of NICs and "
              "RDMA ports (right): collectives show as bursts exactly in the utilization dips.", "A9, A10", "percentunit",
-             [Q(f"avg by (instance) (gpuwait_gpu_utilization_ratio{{{GPU}}})", "{{instance}} GPU utilization"),
+             [Q(f"avg by ({CL}, instance) (gpuwait_gpu_utilization_ratio{{{GPU}}})", "{{instance}} GPU utilization"),
               Q(rate("gpuwait_network_receive_bytes_total", NODE), "{{instance}} {{interface}} rx"),
               Q(rate("gpuwait_rdma_port_receive_bytes_total", NODE), "{{instance}} {{device}}:{{port}} rx ({{link_layer}})")],
              w=24, right={"B": "Bps", "C": "Bps"}, minimum=0))
@@ -399,10 +542,14 @@ def interconnect() -> dict:
              [Q(rate("gpuwait_rdma_port_transmit_bytes_total", NODE), "{{instance}} {{device}}:{{port}} tx"),
               Q(rate("gpuwait_rdma_port_receive_bytes_total", NODE), "{{instance}} {{device}}:{{port}} rx"),
               Q(f"gpuwait_rdma_port_rate_bytes_per_second{{{NODE}}}", "{{instance}} {{device}}:{{port}} rate")]))
+    b.add(ts("RDMA ports active", "1 while a port's logical state is ACTIVE; a port that was ACTIVE and is not any "
+             "more takes its collectives with it or sends them down a slower path.", "A10, A11", "none",
+             [Q(f"gpuwait_rdma_port_active{{{NODE}}}", "{{instance}} {{device}}:{{port}} ({{link_layer}})")],
+             minimum=0, maximum=1))
     b.add(ts("Link correlation with GPU activity", "Correlation between each GPU's activity and each link's "
              "traffic at the sampling rate: strongly negative means the link bursts in the GPU's dips.",
              "A9, A10, A11", "none",
-             [Q(f"avg by (instance, link, link_kind, link_layer) (gpuwait_gpu_link_correlation{{{GPU}}})",
+             [Q(f"avg by ({CL}, instance, link, link_kind, link_layer) (gpuwait_gpu_link_correlation{{{GPU}}})",
                 "{{instance}} {{link}} ({{link_kind}} {{link_layer}})")], minimum=-1, maximum=1))
     b.add(ts("Dip period", "Period of each GPU's repeating utilization dips (one training step when "
              "collectives cause them).", "A9, A10", "s",
@@ -414,11 +561,11 @@ def interconnect() -> dict:
     roce = NODE + ', link_layer="Ethernet"'
     b.add(ts("ECN marks and CNPs", "RoCE congestion control at work: packets marked by switches (ECN) and "
              "congestion notification packets sent and handled.", "A10, A11", "pps",
-             [Q(f"sum by (instance, device, counter) ({rate('gpuwait_rdma_port_hw_events_total', roce + ', ' + ROCE_CONGESTION)})",
+             [Q(f"sum by ({CL}, instance, device, counter) ({rate('gpuwait_rdma_port_hw_events_total', roce + ', ' + ROCE_CONGESTION)})",
                 "{{instance}} {{device}} {{counter}}")]))
     b.add(ts("RoCE retransmissions", "Out-of-sequence packets and ACK timeouts: losses that cost a "
              "retransmission.", "A10, A11", "pps",
-             [Q(f"sum by (instance, device, counter) ({rate('gpuwait_rdma_port_hw_events_total', roce + ', ' + ROCE_RETRANSMITS)})",
+             [Q(f"sum by ({CL}, instance, device, counter) ({rate('gpuwait_rdma_port_hw_events_total', roce + ', ' + ROCE_RETRANSMITS)})",
                 "{{instance}} {{device}} {{counter}}")]))
     b.row('InfiniBand errors and back-pressure (link_layer="InfiniBand") (A11)')
     ib = NODE + ', link_layer="InfiniBand"'
@@ -447,7 +594,7 @@ def sync() -> dict:
     b.row("Across the GPUs of one owner on a node (A12)")
     b.add(ts("Utilization spread within each node", "Busiest minus least busy GPU of the selected owners on "
              "each node: a wide spread with one GPU high is a straggler the others wait for.", "A12", "percentunit",
-             [Q(f"max by (instance) {owned(util)} - min by (instance) {owned(util)}", "{{instance}} spread")], minimum=0))
+             [Q(f"max by ({CL}, instance) {owned(util)} - min by ({CL}, instance) {owned(util)}", "{{instance}} spread")], minimum=0))
     b.add(ts("Utilization per GPU of the owner", "Each GPU's mean utilization over the window.", "A12", "percentunit",
              [Q(owned(util), "{{instance}} GPU {{gpu}}")], minimum=0, maximum=1))
     b.add(ts("Straggler GPU", "1 for the GPU its owner's other GPUs wait for at the barrier.", "A12", "none",
@@ -456,13 +603,17 @@ def sync() -> dict:
              "still computed.", "A12", "percentunit",
              [Q(f'gpuwait_gpu_wait_ratio{{{GPU}, cause="sync"}}', "{{instance}} GPU {{gpu}}")], minimum=0, maximum=1))
     b.row("Across nodes of one job (A12)")
-    per_node = f"avg by (instance, owner) ({owned(util)} * on(instance, gpu) group_left(owner) max by (instance, gpu, owner) (gpuwait_gpu_owner_info{{{OWNER}}}))"
+    per_node = f"avg by ({CL}, job, instance, owner) ({owned(util)} * on({CL}, job, instance, gpu) group_left(owner) max by ({CL}, job, instance, gpu, owner) (gpuwait_gpu_owner_info{{{OWNER}}}))"
     b.add(ts("Mean utilization per node of the owner", "The owner's GPUs averaged per node: the node that "
              "computes longest is the one the others wait for.", "A12", "percentunit",
              [Q(per_node, "{{instance}} {{owner}}")], minimum=0, maximum=1))
-    b.add(ts("Utilization spread across nodes", "Busiest minus least busy node of each owner.", "A12", "percentunit",
-             [Q(f"max by (owner) ({per_node}) - min by (owner) ({per_node})", "{{owner}}")], minimum=0))
     recorded = "workload_instance:gpuwait_gpu_window_utilization_mean_ratio"
+    workload = f"{CL}, namespace, job, workload"
+    b.add(ts("Utilization spread across nodes", "Busiest minus least busy node of each workload: the owners on "
+             "every node grouped as the cross-node rules group them (a Kubernetes job's worker pods, one per "
+             "node, by their controlling owner; a Slurm job by its id).", "A12", "percentunit",
+             [Q(f"max by ({workload}) ({recorded}:avg{{{NODE}}}) - min by ({workload}) ({recorded}:avg{{{NODE}}})",
+                "{{workload}}")], minimum=0))
     b.add(ts("The straggling node (recorded)", "Each node's mean utilization minus the mean of the workload's "
              "other nodes, and how long those others waited at the barrier, from the cross-node recording "
              "rules (alerts/gpuwait-recording-rules.yml) that GpuSyncStraggler fires on: the node far above "
@@ -517,21 +668,21 @@ def gpu_detail() -> dict:
 def exporter_health() -> dict:
     b = Board(UIDS["exporter"], "gpuwait / Exporter health",
               "Is gpuwait itself reading its sources on time?", ["exporter"])
-    b.row("Sources")
+    b.row("Sources: is every input read? (A14)")
     b.add(ts("Targets up", "Prometheus reached the exporter.", "A14", "none",
              [Q(f"up{{{NODE}}}", "{{instance}}")], w=8, minimum=0, maximum=1))
     b.add(ts("Source up", "1 when the source's last read succeeded.", "A14", "none",
              [Q(f"gpuwait_source_up{{{NODE}}}", "{{instance}} {{source}}")], w=8, minimum=0, maximum=1))
     b.add(ts("Source errors", "Failed reads or parses per second, per failed part.", "A14", "cps",
-             [Q(f"sum by (instance, source) ({rate('gpuwait_source_errors_total', NODE)})", "{{instance}} {{source}}"),
-              Q(f"sum by (instance, source) ({rate('gpuwait_scrape_errors_total', NODE)})", "{{instance}} {{source}} exposition")],
+             [Q(f"sum by ({CL}, instance, source) ({rate('gpuwait_source_errors_total', NODE)})", "{{instance}} {{source}}"),
+              Q(f"sum by ({CL}, instance, source) ({rate('gpuwait_scrape_errors_total', NODE)})", "{{instance}} {{source}} exposition")],
              w=8, minimum=0))
     b.add(ts("GPU backend", "1 when NVML answers.", "A14", "none",
              [Q(f"gpuwait_gpu_backend_up{{{NODE}}}", "{{instance}}")], w=8, minimum=0, maximum=1))
     b.add(ts("NVML call errors", "Failed NVML calls per second by call and error.", "A14", "cps",
-             [Q(f"sum by (instance, call, error) ({rate('gpuwait_gpu_nvml_errors_total', NODE)})", "{{instance}} {{call}} {{error}}")],
+             [Q(f"sum by ({CL}, instance, call, error) ({rate('gpuwait_gpu_nvml_errors_total', NODE)})", "{{instance}} {{call}} {{error}}")],
              w=16, minimum=0))
-    b.row("Timing")
+    b.row("Timing: are reads on schedule? (A14)")
     b.add(ts("Read duration", "Mean wall time of one read of each source.", "A14", "s",
              [Q(f"{rate('gpuwait_source_read_seconds_total', NODE)} / {rate('gpuwait_source_reads_total', NODE)}",
                 "{{instance}} {{source}}")], minimum=0))
@@ -540,7 +691,7 @@ def exporter_health() -> dict:
              [Q(f"gpuwait_sampler_lag_seconds{{{NODE}}}", "{{instance}} {{source}} lag"),
               Q(f"gpuwait_source_interval_seconds{{{NODE}}}", "{{instance}} {{source}} interval")], minimum=0))
     b.add(ts("Skipped reads", "Scheduled reads skipped because the previous one still ran.", "A14", "cps",
-             [Q(f"sum by (instance, source) ({rate('gpuwait_sampler_overruns_total', NODE)})", "{{instance}} {{source}}")],
+             [Q(f"sum by ({CL}, instance, source) ({rate('gpuwait_sampler_overruns_total', NODE)})", "{{instance}} {{source}}")],
              w=8, minimum=0))
     b.add(ts("Analysis and scrape duration", "Wall time of one analysis pass and of one scrape.", "A14", "s",
              [Q(f"gpuwait_analysis_duration_seconds{{{NODE}}}", "{{instance}} analysis"),
@@ -556,17 +707,45 @@ DASHBOARDS = {
 }
 
 
-def build_all() -> dict[str, str]:
-    """File name -> JSON text, exactly as committed."""
+def build_all(values: dict | None = None) -> dict[str, str]:
+    """File name -> JSON text, exactly as committed (mixin/config.yml unless ``values``)."""
+    configure(values if values is not None else mixin.load())
     return {f"{name}.json": json.dumps(build(), indent=2, sort_keys=True) + "\n" for name, build in DASHBOARDS.items()}
 
 
-def main(argv: list[str]) -> int:
-    OUT.mkdir(exist_ok=True)
-    for name, text in build_all().items():
-        (OUT / name).write_text(text)
+def templated(config: dict) -> dict[str, str]:
+    """The dashboards with every setting left as its <<placeholder>> (the Helm chart's copy):
+    a numeric setting stands unquoted where the JSON holds a number, so the text is JSON again
+    once the chart substitutes the values."""
+    numeric = {path for path, value in mixin.leaves(config).items() if isinstance(value, (int, float))}
+    quoted = re.compile(r'"<<(' + "|".join(re.escape(p) for p in sorted(numeric)) + r')>>"')
+    return {name: quoted.sub(r"<<\1>>", text) for name, text in build_all(mixin.placeholders(config)).items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=pathlib.Path, help="a file overriding settings of mixin/config.yml")
+    parser.add_argument("--out", type=pathlib.Path, default=OUT, help="where the JSON goes (default: dashboards/json/)")
+    parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 when stale")
+    args = parser.parse_args(argv)
+    try:
+        files = build_all(mixin.load(args.config))
+    except mixin.ConfigError as e:
+        print(f"generate.py: {e}", file=sys.stderr)
+        return 2
+    on_disk = {p.name: p.read_text() for p in args.out.glob("*.json")} if args.out.is_dir() else {}
+    if args.check:
+        stale = sorted(n for n in files.keys() | on_disk.keys() if files.get(n) != on_disk.get(n))
+        for name in stale:
+            print(f"generate.py: stale: {args.out / name}", file=sys.stderr)
+        return 1 if stale else 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in on_disk.keys() - files.keys():
+        (args.out / name).unlink()
+    for name, text in files.items():
+        (args.out / name).write_text(text)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -1,8 +1,15 @@
 import os
 import pathlib
+import sys
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+#: Shared helpers (support.py, fixture_host.py, ...) are imported by name from every test
+#: folder; the folders themselves hold no __init__.py, so this puts the helpers on the path.
+SUPPORT = pathlib.Path(__file__).parent / "support"
+if str(SUPPORT) not in sys.path:
+    sys.path.insert(0, str(SUPPORT))
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 #: A whole host as procfs/sysfs trees, for sources and for the exporter process.

@@ -1,10 +1,10 @@
 """Regenerate the golden outputs of ``gpuwait diagnose`` (tests/golden/diagnose/), one per
-simulated scenario, plus variants whose loops report their timing (gpuwait.workload):
+simulated scenario, plus variants whose loops report their timing (gpuwait.client):
 
     python3 tools/update_diagnose_golden.py
 
 Each file is exactly what ``gpuwait diagnose --simulate <scenario> [--simulate-params ...]``
-prints; tests/test_diagnose.py compares them byte for byte.
+prints; tests/diagnose/test_diagnose.py compares them byte for byte.
 """
 
 from __future__ import annotations

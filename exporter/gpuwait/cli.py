@@ -12,12 +12,26 @@ from collections.abc import Sequence
 from prometheus_client import CollectorRegistry
 
 from gpuwait import __version__
-from gpuwait.collectors import CollectorSpec, registry
-from gpuwait.config import Settings, resolve
-from gpuwait.errors import ConfigError
-from gpuwait.exposition.collector import GpuwaitCollector
-from gpuwait.sampler import Sampler
-from gpuwait.server import make_server, serve_in_thread
+from gpuwait.core.config import (
+    ANALYSIS_INTERVAL,
+    LOG_LEVEL,
+    RECORD_FILE,
+    REPLAY_FILE,
+    REPLAY_SPEED,
+    SIMULATE_SCENARIO,
+    WEB_CONFIG_FILE,
+    WEB_LISTEN_ADDRESS,
+    WEB_MAX_CONNECTIONS,
+    WEB_TELEMETRY_PATH,
+    Settings,
+)
+from gpuwait.core.errors import ConfigError
+from gpuwait.core.plugin import CollectorSpec
+from gpuwait.core.registry import registry, resolve
+from gpuwait.core.sampler import Sampler
+from gpuwait.exposition.prometheus import GpuwaitCollector
+from gpuwait.exposition.server import make_server, serve_in_thread
+from gpuwait.simulate.run import live_sampler, scenario_from_settings
 from gpuwait.trace.file import TraceError, TraceReader, TraceWriter
 from gpuwait.trace.replay import ReplayedSource, Replayer
 
@@ -56,15 +70,13 @@ def payload_types(collectors: list[CollectorSpec]) -> dict[str, type]:
 
 def _replay_sampler(collectors: list[CollectorSpec], settings: Settings) -> tuple[Sampler, Replayer]:
     """A sampler whose sources are fed from a trace instead of this host's files."""
-    reader = TraceReader(settings["replay.file"], payload_types(registry()))
+    reader = TraceReader(settings[REPLAY_FILE], payload_types(registry()))
     sampler = Sampler(collectors, settings, make_source=lambda spec, _s: ReplayedSource(spec.name, spec.tier or "fast"))
-    log.info("replaying %s (recorded on %s at %s) at speed %g", settings["replay.file"], reader.header.host or "?", reader.header.created or "?", settings["replay.speed"])
-    return sampler, Replayer(sampler, reader, settings["replay.speed"])
+    log.info("replaying %s (recorded on %s at %s) at speed %g", settings[REPLAY_FILE], reader.header.host or "?", reader.header.created or "?", settings[REPLAY_SPEED])
+    return sampler, Replayer(sampler, reader, settings[REPLAY_SPEED])
 
 
 def _simulated_sampler(collectors: list[CollectorSpec], settings: Settings) -> Sampler:
-    from gpuwait.simulate.run import live_sampler, scenario_from_settings
-
     try:
         scenario = scenario_from_settings(settings)
     except KeyError as e:
@@ -77,12 +89,12 @@ def _simulated_sampler(collectors: list[CollectorSpec], settings: Settings) -> S
 
 def _recorder(sampler: Sampler, settings: Settings) -> TraceWriter:
     try:
-        writer = TraceWriter(settings["record.file"], meta={
+        writer = TraceWriter(settings[RECORD_FILE], meta={
             "sample_interval": settings.sample_interval, "slow_interval": settings.slow_interval,
-            "analysis_window": settings.analysis_window, "analysis_interval": settings["analysis.interval"],
+            "analysis_window": settings.analysis_window, "analysis_interval": settings[ANALYSIS_INTERVAL],
         })
     except OSError as e:
-        raise ConfigError(f"record.file: cannot write {settings['record.file']}: {e.strerror or e}") from None
+        raise ConfigError(f"record.file: cannot write {settings[RECORD_FILE]}: {e.strerror or e}") from None
     sampler.observers.append(writer.write)
     return writer
 
@@ -91,7 +103,7 @@ def reloadable(name: str) -> bool:
     """Options a running exporter takes from a reloaded configuration: the log level, and
     the thresholds the analysis and the scrape read from the settings each time they run.
     The others shape what is built at start (threads, rings, sources, the listener)."""
-    return name == "log.level" or name.startswith("verdict.") or name.endswith("-threshold")
+    return name == LOG_LEVEL.name or name.startswith("verdict.") or name.endswith("-threshold")
 
 
 def reload_settings(argv: Sequence[str] | None, sampler: Sampler) -> None:
@@ -107,15 +119,14 @@ def reload_settings(argv: Sequence[str] | None, sampler: Sampler) -> None:
     applied = [k for k in changed if reloadable(k)]
     deferred = [k for k in changed if not reloadable(k)]
     sampler.settings = Settings({**current.values, **{k: fresh[k] for k in applied}})
-    if "log.level" in applied:
-        logging.getLogger().setLevel(_LEVELS[fresh["log.level"]])
+    if LOG_LEVEL.name in applied:
+        logging.getLogger().setLevel(_LEVELS[fresh[LOG_LEVEL]])
     log.info("configuration reloaded; applied: %s", ", ".join(applied) or "no change")
     if deferred:
         log.warning("configuration reloaded; these changes need a restart and are not applied: %s", ", ".join(deferred))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    registry()  # registers every collector's flags before they are parsed
     try:
         settings, args = resolve(argv)
     except ConfigError as e:
@@ -124,21 +135,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.version:
         print(f"gpuwait-exporter {__version__}")
         return 0
-    setup_logging(settings["log.level"])
+    setup_logging(settings[LOG_LEVEL])
 
     collectors = enabled_collectors(settings)
     replayer = None
     recorder = None
     try:
-        if settings["replay.file"]:
+        if settings[REPLAY_FILE]:
             sampler, replayer = _replay_sampler(collectors, settings)
-        elif settings["simulate.scenario"]:
+        elif settings[SIMULATE_SCENARIO]:
             sampler = _simulated_sampler(collectors, settings)
-            if settings["record.file"]:
+            if settings[RECORD_FILE]:
                 recorder = _recorder(sampler, settings)
         else:
             sampler = Sampler(collectors, settings)
-            if settings["record.file"]:
+            if settings[RECORD_FILE]:
                 recorder = _recorder(sampler, settings)
     except (ConfigError, TraceError) as e:
         print(f"gpuwait-exporter: error: {e}", file=sys.stderr)
@@ -148,15 +159,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     prom_registry.register(GpuwaitCollector(sampler, collectors))
     try:
         server = make_server(
-            settings["web.listen-address"], settings["web.telemetry-path"], prom_registry,
+            settings[WEB_LISTEN_ADDRESS], settings[WEB_TELEMETRY_PATH], prom_registry,
             healthy=(lambda: True) if replayer else sampler.alive, ready=ready,
-            web_config_file=settings["web.config.file"], max_connections=settings["web.max-connections"],
+            web_config_file=settings[WEB_CONFIG_FILE], max_connections=settings[WEB_MAX_CONNECTIONS],
         )
     except ConfigError as e:
         print(f"gpuwait-exporter: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"gpuwait-exporter: error: cannot listen on {settings['web.listen-address']}: {e.strerror or e}", file=sys.stderr)
+        print(f"gpuwait-exporter: error: cannot listen on {settings[WEB_LISTEN_ADDRESS]}: {e.strerror or e}", file=sys.stderr)
         return 1
 
     stop = threading.Event()
@@ -182,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     host, port = server.server_address[:2]
     log.info(
         "gpuwait %s listening on %s:%s%s; collectors: %s; sampling every %gs (slow tier %gs), window %gs",
-        __version__, host or "*", port, settings["web.telemetry-path"],
+        __version__, host or "*", port, settings[WEB_TELEMETRY_PATH],
         ", ".join(c.name for c in collectors) or "none",
         settings.sample_interval, settings.slow_interval, settings.analysis_window,
     )

@@ -20,6 +20,8 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
+from gpuwait.core.facts import WAIT_CAUSES
+
 Labels = dict[str, str]
 Metrics = dict[str, list[tuple[Labels, float]]]
 
@@ -29,7 +31,6 @@ SEVERITY_NAMES = {OK: "ok", WARNING: "warning", CRITICAL: "critical", UNKNOWN: "
 IMPACT_DROP = 0.2
 #: Waits smaller than this share of the window are not listed.
 MIN_LISTED_SHARE = 0.05
-WAIT_CAUSES = ("data_pipeline", "storage", "host_transfer", "network", "sync", "insufficient_work")
 
 
 class DiagnoseError(Exception):
@@ -131,7 +132,7 @@ def from_samples(samples: Iterable) -> Metrics:
 
 
 def _expose_all(sampler) -> Metrics:
-    from gpuwait.collectors import Snapshot
+    from gpuwait.core.plugin import Snapshot
 
     samples = []
     for collector in sampler.collectors:
@@ -145,9 +146,8 @@ def _expose_all(sampler) -> Metrics:
 def from_trace(path: str) -> Metrics:
     """Replays the trace as fast as it can through the exporter's own analysis."""
     from gpuwait.cli import payload_types
-    from gpuwait.collectors import registry
-    from gpuwait.config import resolve
-    from gpuwait.sampler import Sampler
+    from gpuwait.core.registry import registry, resolve
+    from gpuwait.core.sampler import Sampler
     from gpuwait.trace.file import TraceError, TraceReader
     from gpuwait.trace.replay import ReplayedSource, Replayer
 

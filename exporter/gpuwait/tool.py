@@ -1,5 +1,6 @@
 """The ``gpuwait`` command: tools around the exporter. ``gpuwait diagnose`` walks the
-article's order of search for every GPU (docs/diagnose.md)."""
+article's order of search for every GPU (docs/diagnose.md); ``gpuwait selfcheck`` runs the
+exporter against this node's GPU under workloads of known cause (docs/selfcheck.md)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ from gpuwait import diagnose as dg
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, usage_exit: int = dg.UNKNOWN, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.usage_exit = usage_exit
+
     def error(self, message: str) -> None:
-        # Usage errors share the "could not diagnose" code, not 2 (which means critical).
+        # A usage error exits with each command's "could not run" code: diagnose's 3 (its 2
+        # means critical), selfcheck's 2.
         self.print_usage(sys.stderr)
-        self.exit(dg.UNKNOWN, f"{self.prog}: error: {message}\n")
+        self.exit(self.usage_exit, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +43,56 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --prometheus: the range the owner's throughput baseline is averaged over (default 1h)")
     d.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="HTTP timeout (default 10)")
     d.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    _add_selfcheck(sub)
+    parser.commands = {"diagnose": d, "selfcheck": sub.choices["selfcheck"]}
     return parser
+
+
+def _add_selfcheck(sub) -> None:
+    from gpuwait.selfcheck import phases
+    from gpuwait.selfcheck.report import SETUP_ERROR
+
+    s = sub.add_parser("selfcheck", usage_exit=SETUP_ERROR,
+                       help="Check the verdict on this node's GPU under workloads whose cause is known.",
+                       description="Run the exporter against a real GPU while PyTorch workloads of known cause run one"
+                                   " after another (compute, a starved DataLoader, a CPU quota, pageable copies,"
+                                   " random reads, tiny kernels, an idle context), and compare each phase's verdict"
+                                   " with its cause (docs/selfcheck.md). Needs pip install 'gpuwait[selfcheck]'."
+                                   " Exit code: 0 every phase agrees, 1 a phase disagrees, 2 could not check.")
+    s.add_argument("--gpu", type=int, default=0, metavar="N", help="the GPU's index, as nvidia-smi and the exporter's gpu label number it (default 0)")
+    s.add_argument("--phase-seconds", type=float, default=phases.DEFAULT_PHASE_SECONDS, metavar="S",
+                   help=f"seconds of each phase read out once the window holds only that phase (default {phases.DEFAULT_PHASE_SECONDS:g})")
+    s.add_argument("--window", type=float, default=phases.DEFAULT_WINDOW, metavar="S",
+                   help=f"the exporter's --analysis.window during the check, which is also each phase's settle time (default {phases.DEFAULT_WINDOW:g})")
+    s.add_argument("--phase", action="append", choices=[p.name for p in phases.PHASES], metavar="NAME",
+                   help="run only this phase (repeatable): " + ", ".join(p.name for p in phases.PHASES))
+    s.add_argument("--out", metavar="DIR", help="where the report, the traces and the logs go (default ./gpuwait-selfcheck-HOST-TIME)")
+    s.add_argument("--data-dir", metavar="DIR", help="where random_reads writes its 1 GiB file: the storage to check (default --out)")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.add_argument("--exporter-arg", action="append", default=[], metavar="FLAG",
+                   help="one more flag for the exporter, e.g. --exporter-arg=--collector.nfs.ops=read (repeatable)")
+    s.add_argument("--workload-command", metavar="CMD",
+                   help="the phase driver to run instead of the PyTorch workloads (docs/selfcheck.md, 'Phase drivers')")
+
+
+def run_selfcheck(args: argparse.Namespace) -> int:
+    from gpuwait.selfcheck import runner
+    from gpuwait.selfcheck.report import SETUP_ERROR, render_text
+
+    try:
+        options = runner.Options(
+            out=args.out or runner.default_out(), gpu=args.gpu, window=args.window, phase_seconds=args.phase_seconds,
+            phases=tuple(args.phase or ()), data_dir=args.data_dir, exporter_args=tuple(args.exporter_arg),
+            workload_command=runner.parse_command(args.workload_command) if args.workload_command else runner.WORKLOAD_COMMAND)
+        selfcheck = runner.Runner(options)
+    except ValueError as e:
+        print(f"gpuwait selfcheck: {e}", file=sys.stderr)
+        return SETUP_ERROR
+    report = selfcheck.run()
+    if report.error:
+        print(f"gpuwait selfcheck: {report.error}", file=sys.stderr)
+    sys.stdout.write(report.to_json() + "\n" if args.json else render_text(report))
+    return report.exit_code
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
@@ -61,9 +116,14 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "diagnose":
         return run_diagnose(args)
+    if args.command == "selfcheck":
+        return run_selfcheck(args)
     return dg.UNKNOWN
 
 

@@ -1,1 +1,2 @@
-"""What the GPU waits for: statistics over aligned sub-second series, and the verdict."""
+"""What the GPU waits for: statistics over aligned sub-second series, the evidence of each
+cause, the attribution of idle time, and the verdict as a collector (``metrics``)."""

@@ -1,9 +1,18 @@
-"""Idle-time attribution: for each sample where a GPU was idle, which concurrent evidence
-explains the wait — and from the shares, the verdict (A14's order: computing or waiting,
-then waiting on what).
+"""Idle-time attribution: for each instant, the share of it a GPU had no work on, and which
+concurrent evidence explains that wait — and from the shares, the verdict (A14's order:
+computing or waiting, then waiting on what).
 
-Every idle sample is given to exactly one cause, so the causes' shares add up to the idle
-fraction: a dashboard can stack them under the utilization curve.
+Idle time is fractional: an instant the GPU was idle for 40 % of adds 0.4 of an instant to
+one cause, so the causes' shares add up to the window's idle fraction and a dashboard can
+stack them under the utilization curve.
+
+Which cause an instant goes to is decided by the strength of its evidence, not by a fixed
+order: evidence that shows the mechanism itself on this GPU or its owner (the link at its
+capacity, the owner's threads stalled on reads in flight, its CPU demand refused by the
+quota, a peer still computing at the barrier) outranks evidence that is only compatible
+with a cause (a saturated core, which is as often a thread spinning in a CUDA sync or an
+MPI progress loop as a decoder), which outranks host-wide evidence not scoped to the owner.
+Equal strengths fall back on the method's order (core.facts.EVIDENCE_ORDER).
 """
 
 from __future__ import annotations
@@ -11,58 +20,72 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-#: The verdict vocabulary.
-CAUSES = ("data_pipeline", "storage", "host_transfer", "network", "sync", "insufficient_work", "throttled", "none")
-#: Causes with evidence of their own, in the order an idle sample is tested against them.
-#: Host-side starvation comes first (it is upstream of everything), then the PCIe copy,
-#: then a peer still computing (sync), then the network the collective runs over.
-EVIDENCE_ORDER = ("storage", "data_pipeline", "host_transfer", "sync", "network")
+from gpuwait.core.facts import CAUSES, EVIDENCE_ORDER
+
 #: Evidence of a pause the job takes on purpose (writing a checkpoint): idle time it explains
 #: is ``none``, not ``insufficient_work``; nothing upstream starved the GPU.
 PAUSE = "checkpoint"
+
+#: Evidence strengths: the mechanism itself, seen on this GPU or its owner.
+DIRECT = 3.0
+#: Compatible with the cause, but also what other causes look like from the host.
+INFERRED = 2.0
+#: Host-wide, not scoped to the GPU's owner: it names a cause only when nothing else does.
+HOST = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class Attribution:
     samples: int
     idle_ratio: float
-    #: cause -> fraction of the window's samples idle for that cause (sums to idle_ratio)
+    #: cause -> fraction of the window's time idle for that cause (sums to idle_ratio)
     wait_ratio: dict[str, float]
-    #: fraction of the busy samples during which clocks were held down by power/thermal limits
+    #: fraction of the busy time during which clocks were held down by power/thermal limits
     throttled_busy_ratio: float
 
 
 def attribute(
-    utilization: Sequence[float],
-    evidence: Mapping[str, Sequence[bool]],
+    idle: Sequence[float],
+    evidence: Mapping[str, Sequence[float]],
     demand: Sequence[bool],
     throttled: Sequence[bool],
-    idle_threshold: float,
-    order: Sequence[str] = EVIDENCE_ORDER,
+    order: Sequence[str] = (PAUSE, *EVIDENCE_ORDER),
+    start: int = 0,
 ) -> Attribution:
-    """``utilization`` is 0..1 per grid point (NaN where unknown); the other sequences are
-    aligned with it. Idle with no evidence is ``insufficient_work`` when the GPU's owner
-    is there and active (demand), else ``none`` (A1: no demand, nothing to fix)."""
-    counts = dict.fromkeys(CAUSES, 0)
-    samples = busy = busy_throttled = 0
-    for i, u in enumerate(utilization):
-        if u != u:
+    """``idle`` is the share of each grid instant the GPU had no work on (0..1, NaN where
+    unknown); ``evidence`` maps a cause to its strength at each instant (0 or False: absent).
+    Idle time no evidence explains is ``insufficient_work`` when the GPU's owner is there
+    and active (demand), else ``none`` (A1: no demand, nothing to fix). Instants before
+    ``start`` are left out (the long and the short window share one set of sequences)."""
+    totals = dict.fromkeys(CAUSES, 0.0)
+    causes = [(c, evidence[c]) for c in order if evidence.get(c) is not None]
+    samples = 0
+    busy = busy_throttled = 0.0
+    for i in range(start, len(idle)):
+        x = idle[i]
+        if x != x:
             continue
         samples += 1
-        if u >= idle_threshold:
-            busy += 1
-            busy_throttled += bool(throttled[i])
+        if x < 1.0:
+            busy += 1.0 - x
+            if throttled[i]:
+                busy_throttled += 1.0 - x
+        if x <= 0.0:
             continue
-        cause = next((c for c in order if evidence.get(c) is not None and evidence[c][i]), None)
-        if cause is None:
-            paused = evidence.get(PAUSE) is not None and evidence[PAUSE][i]
-            cause = "insufficient_work" if demand[i] and not paused else "none"
-        counts[cause] += 1
+        best, strength = None, 0.0
+        for cause, values in causes:
+            v = float(values[i])
+            if v > strength:
+                best, strength = cause, v
+        if best is None:
+            best = "insufficient_work" if demand[i] else "none"
+        elif best == PAUSE:
+            best = "none"
+        totals[best] += x
     if samples == 0:
         return Attribution(0, 0.0, dict.fromkeys(CAUSES, 0.0), 0.0)
-    ratios = {cause: counts[cause] / samples for cause in CAUSES}
-    idle = sum(counts.values()) / samples
-    return Attribution(samples, idle, ratios, busy_throttled / busy if busy else 0.0)
+    ratios = {cause: totals[cause] / samples for cause in CAUSES}
+    return Attribution(samples, sum(totals.values()) / samples, ratios, busy_throttled / busy if busy else 0.0)
 
 
 @dataclass(frozen=True)

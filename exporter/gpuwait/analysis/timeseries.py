@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from operator import mul
 
-from gpuwait.stats.series import increase
+from gpuwait.core.ring import Column
+from gpuwait.core.series import increase
+
+#: A grid value is as good as its source's last samples for this many sampling intervals.
+HOLD_INTERVALS = 3.0
 
 
 def grid(start: float, end: float, step: float) -> list[float]:
@@ -142,3 +147,25 @@ def dominant_period(values: Sequence[float], step: float, min_cycles: int = 3) -
     denom = a - 2 * b + c
     offset = 0.5 * (a - c) / denom if denom < 0 else 0.0
     return (best_lag + offset) * step, min(1.0, best)
+
+
+@dataclass
+class Grid:
+    """The time grid the verdict judges a window on (the GPU source's own sample times), and
+    every other source's columns put onto it."""
+
+    times: list[float]
+    step: float
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def hold(self, column: Column, max_age: float | None = None) -> list[float]:
+        """A gauge on the grid: its latest value, for at most ``max_age`` (HOLD_INTERVALS
+        grid steps by default)."""
+        age = HOLD_INTERVALS * self.step if max_age is None else max_age
+        return sample_and_hold(column.times, column.values, self.times, age)
+
+    def rates(self, column: Column, gap: float) -> list[float]:
+        """A counter's rate over the sampling interval that covers each grid point."""
+        return interval_rates_at(column.times, column.values, self.times, gap, column.modulus)

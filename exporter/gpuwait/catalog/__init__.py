@@ -1,27 +1,24 @@
-"""The metric catalog: every metric gpuwait exposes is declared once, in a module of this
-package (one per collector), and assembled here. The exposition refuses names that are not
-here, and docs/metrics.md is generated from it (``python -m gpuwait.catalog``)."""
+"""The metric catalog: every metric gpuwait exposes is declared once, in the ``metrics``
+module of the collector that serves it (``collectors/<name>/metrics.py``, the verdict's in
+``analysis/metrics.py``) or, for the exporter's own health, in ``catalog/exporter.py``, and
+assembled here from the registry. The exposition refuses names that are not here, and
+docs/metrics.md is generated from it (``python -m gpuwait.catalog``)."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
-from gpuwait.catalog.spec import MetricSpec
+from gpuwait.catalog import exporter
+from gpuwait.core.metric import MetricSpec
+from gpuwait.core.registry import registry
 
 __all__ = ["MetricSpec", "CATALOG", "metric", "render_markdown"]
 
 
 def _assemble() -> dict[str, MetricSpec]:
     specs: dict[str, MetricSpec] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name in ("spec", "__main__"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for spec in getattr(module, "METRICS", ()):
-            if spec.name in specs:
-                raise ValueError(f"metric {spec.name} declared twice")
-            specs[spec.name] = spec
+    for spec in (*exporter.METRICS, *(m for collector in registry() for m in collector.metrics)):
+        if spec.name in specs:
+            raise ValueError(f"metric {spec.name} declared twice")
+        specs[spec.name] = spec
     return specs
 
 
@@ -36,8 +33,10 @@ def render_markdown() -> str:
     lines = [
         "# Metrics",
         "",
-        "Generated from the metric catalog (`exporter/gpuwait/catalog/`) by"
-        " `python -m gpuwait.catalog > docs/metrics.md`; do not edit by hand.",
+        "Generated from the metric catalog (the `metrics.py` of each collector under"
+        " `exporter/gpuwait/collectors/`, `exporter/gpuwait/analysis/metrics.py` and"
+        " `exporter/gpuwait/catalog/exporter.py`) by `python -m gpuwait.catalog > docs/metrics.md`;"
+        " do not edit by hand.",
         "",
         "Metrics marked *window* are the exporter's own statistics over its sub-second samples"
         " (`--analysis.window`, default 60s), not values read at scrape time.",

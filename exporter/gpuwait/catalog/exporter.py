@@ -1,6 +1,6 @@
 """Self-metrics: the exporter's own health, cost and build."""
 
-from gpuwait.catalog.spec import MetricSpec
+from gpuwait.core.metric import MetricSpec
 
 SOURCE = "exporter"
 
@@ -13,6 +13,11 @@ METRICS = (
     MetricSpec(
         "gpuwait_source_up", "gauge",
         "1 when the source's last read succeeded, 0 when it failed.",
+        labels=("source",), source=SOURCE,
+    ),
+    MetricSpec(
+        "gpuwait_source_no_data", "gauge",
+        "1 when the source's last read worked but the kernel had nothing for it to report (no PSI, no RDMA device, no NFS mount), else 0; such a source is up and read again on its schedule.",
         labels=("source",), source=SOURCE,
     ),
     MetricSpec(

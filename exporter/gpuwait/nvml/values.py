@@ -2,7 +2,8 @@
 
 Every query answers with a value or with ``NA``. ``NA`` means "not available from this GPU
 right now" for any reason (unsupported, lost, hung); the reason is the gateway's business,
-counted and logged there, and the series is simply absent.
+counted and logged there, and the series is simply absent. NA lives inside ``nvml/`` and the
+jobs that query a session: the gateway hands results back with NA turned into None.
 """
 
 from __future__ import annotations
@@ -25,15 +26,6 @@ class _NotAvailable:
 
 
 NA = _NotAvailable()
-
-
-def available(value) -> bool:
-    return value is not NA and value is not None
-
-
-def or_none(value):
-    """NA -> None, for dataclass fields where None means "series absent"."""
-    return None if value is NA else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,21 +95,6 @@ class MigInstance:
     compute_instance: int
     uuid: str
     memory: Memory | None
-
-
-#: Bits of nvmlDeviceGetCurrentClocksEventReasons (nvmlClocksEventReason* in nvml.h), named
-#: as gpuwait labels them. The values are the driver's ABI; a test holds them to pynvml's.
-CLOCK_EVENT_REASONS = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-)
 
 
 # -- driver timestamps ---------------------------------------------------------------------

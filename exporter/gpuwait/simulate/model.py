@@ -13,16 +13,12 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-GIB = 1024**3
-#: Usable bytes/s per lane by PCIe generation (line rate less encoding overhead).
-PCIE_LANE_BYTES = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.56e9}
+from gpuwait.core.facts import CLOCK_REASON_BITS, pcie_link_capacity
 
-# Clock-event reason bits (NVML nvmlClocksEventReason*).
-REASON_IDLE = 0x1
-REASON_SW_POWER_CAP = 0x4
-REASON_HW_SLOWDOWN = 0x8
-REASON_SW_THERMAL = 0x20
-REASON_HW_THERMAL = 0x40
+GIB = 1024**3
+# Clock-event reason bits (NVML nvmlClocksEventReason*), as core.facts names them.
+REASON_SW_POWER_CAP = CLOCK_REASON_BITS["sw_power_cap"]
+REASON_HW_THERMAL = CLOCK_REASON_BITS["hw_thermal_slowdown"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +39,9 @@ class Params:
     #: 1: the job's loops report their timing as gpuwait.workload would (data wait, compute,
     #: communication, steps; requests for inference), so the verdict has that evidence too.
     workload: int = 0
+    #: Which worker of the simulated job runs on this node: each replica is a pod of its own,
+    #: so the nodes of one multi-node job show distinct owners of one workload.
+    replica: int = 0
 
 
 @dataclass
@@ -218,6 +217,9 @@ def _storage(small_random: bool) -> Callable[[Scenario, float], NodeState]:
         computing = phase(t, p.period) < p.duty
         loader_cores(node, 0.2)
         node.owner_cpu_cores = 0.6
+        # Storage is the bottleneck, so the loader's readers are never done: while the GPU
+        # computes they already wait on the next batch's reads (D state).
+        node.owner_blocked_threads = 12.0
         if computing:
             _all_gpus(node, compute)
             return node
@@ -244,6 +246,8 @@ def _nfs_metadata(s: Scenario, t: float) -> NodeState:
     node = baseline(s)
     computing = phase(t, s.params.period) < s.params.duty
     node.owner_cpu_cores = 0.5
+    # The readers wait on the server for the next files while the GPU computes, too.
+    node.owner_blocked_threads = 8.0
     if computing:
         _all_gpus(node, compute)
     else:
@@ -272,7 +276,7 @@ def _host_transfer(s: Scenario, t: float) -> NodeState:
         if computing:
             compute(g)
         else:
-            capacity = PCIE_LANE_BYTES[g.link_gen] * g.link_width
+            capacity = pcie_link_capacity(g.link_gen, g.link_width)
             g.pcie_rx_bps = 0.85 * capacity
             g.util = 0.02
     return node
@@ -334,7 +338,9 @@ def _straggler(s: Scenario, t: float) -> NodeState:
         elif x < p.duty:
             compute(g)
         else:
-            g.util = 0.02  # spinning in the collective, waiting for the slow peer
+            # Waiting in the collective for the slow peer: NCCL's kernel stays resident
+            # (utilization 100 %) on the few SMs its channels occupy, moving nothing yet.
+            g.util, g.sm_active, g.mem_bw = 1.0, 0.15, 0.02
     # The AllReduce itself is short and lands after the straggler finishes.
     if x >= 0.95:
         for port in node.rdma.values():
@@ -411,7 +417,8 @@ def _throttled(s: Scenario, t: float) -> NodeState:
 
 
 def _pcie_downtrained(s: Scenario, t: float) -> NodeState:
-    """One GPU's link trained at Gen4 x8: its host-to-device copies take four times as long."""
+    """One GPU's link trained at Gen4 x8: its host-to-device copies take four times as long, and
+    the others wait for it at the step's all-reduce."""
     node = baseline(s)
     p = s.params
     x = phase(t, p.period)
@@ -425,12 +432,16 @@ def _pcie_downtrained(s: Scenario, t: float) -> NodeState:
         if slow:
             g.link_gen, g.link_width = 4, 8
         copy_share = copy * 4 if slow else copy
-        capacity = PCIE_LANE_BYTES[g.link_gen] * g.link_width
+        capacity = pcie_link_capacity(g.link_gen, g.link_width)
         if x < copy_share:
             g.pcie_rx_bps = 0.9 * capacity
             g.util = 0.02
         elif x < copy_share + 0.55:
             compute(g)
+        elif x < copy * 4 + 0.55:
+            # The step's all-reduce: the healthy GPUs wait in it for the slow one, NCCL's
+            # kernel resident on a few SMs (utilization 100 %).
+            g.util, g.sm_active, g.mem_bw = 1.0, 0.15, 0.02
     return node
 
 
@@ -535,6 +546,6 @@ def clamp01(x: float) -> float:
 
 
 def pcie_capacity(g: GpuState) -> float:
-    return PCIE_LANE_BYTES.get(g.link_gen, 0.0) * g.link_width
+    return pcie_link_capacity(g.link_gen, g.link_width) or 0.0
 
 

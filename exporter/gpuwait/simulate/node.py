@@ -9,26 +9,28 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 
-from gpuwait.nvml.values import DeviceInfo, GpuProcess, Memory, PcieLink
-from gpuwait.parsers.diskstats import DiskCounters, Diskstats
-from gpuwait.parsers.mountstats import ByteCounters, OpCounters
-from gpuwait.parsers.netdev import InterfaceCounters, NetDev
-from gpuwait.reading import Reading
-from gpuwait.simulate.model import NodeState, Scenario, noisy
-from gpuwait.sources.cpu import CpuData
-from gpuwait.sources.gpu import GpuDevice, GpuDeviceData, GpuFastData, GpuTick, OwnerState, OwnerUse
-from gpuwait.sources.nfs import METADATA_OPS, NfsData, NfsMountData
-from gpuwait.parsers.workload import parse_record
-from gpuwait.sources.pressure import PressureData
-from gpuwait.sources.workload import OwnedRecord, WorkloadData
-from gpuwait.workload import format_record
-from gpuwait.sources.rdma import (
+from gpuwait.client import format_record
+from gpuwait.collectors.cpu.payload import CpuData
+from gpuwait.collectors.diskstats.payload import DiskCounters, Diskstats
+from gpuwait.collectors.gpu.payload import GpuDevice, GpuDeviceData, GpuFastData, GpuTick, OwnerState, OwnerUse
+from gpuwait.collectors.netdev.payload import InterfaceCounters, NetDev
+from gpuwait.collectors.nccl.source import DUMP_DIR
+from gpuwait.collectors.nfs.payload import ByteCounters, NfsData, NfsMountData, OpCounters
+from gpuwait.collectors.nfs.source import METADATA_OPS
+from gpuwait.collectors.pressure.payload import PressureData
+from gpuwait.collectors.rdma.payload import (
     PortTraffic,
     RdmaData,
     RdmaDeviceData,
     RdmaPortData,
     RdmaTrafficData,
 )
+from gpuwait.collectors.workload.parse import parse_record
+from gpuwait.collectors.workload.payload import OwnedRecord, WorkloadData
+from gpuwait.core.errors import NoData
+from gpuwait.core.reading import Reading
+from gpuwait.nvml.values import DeviceInfo, GpuProcess, Memory, PcieLink
+from gpuwait.simulate.model import NodeState, Scenario, noisy
 
 #: Longest stretch integrated with one state: short enough that a 100 ms sample sees the
 #: phase edges of a scenario within a few percent.
@@ -37,12 +39,24 @@ MAX_STEP = 0.02
 UPTIME = 86_400.0
 RDMA_PORT_STATE = (4, "ACTIVE", 5, "LinkUp")
 GPU_MEMORY_TOTAL = 80 * 1024**3
-#: The simulated job: one Kubernetes pod owning every GPU through one process per GPU.
-OWNER = "kubernetes:5f0c1a2e-7d1b-4a8e-9c3f-2b6d8e4a1c90"
-OWNER_LABELS = {
-    "owner": OWNER, "owner_kind": "kubernetes", "namespace": "", "pod": "",
-    "pod_uid": "5f0c1a2e-7d1b-4a8e-9c3f-2b6d8e4a1c90", "container_id": "", "slurm_job": "", "slurm_uid": "", "unit": "",
-}
+#: The simulated job: on each node one Kubernetes pod, worker <replica> of the training job
+#: ml/trainer, owns every GPU through one process per GPU. Each replica is its own pod (its
+#: own uid) as on a real cluster; replica 0 is the default.
+JOB_NAMESPACE, JOB_POD_PREFIX = "ml", "trainer-worker-"
+_POD_UID_PREFIX, _POD_UID_SUFFIX = "5f0c1a2e-7d1b-4a8e-9c3f-", 0x2B6D8E4A1C90
+
+
+def job_owner(replica: int = 0) -> tuple[str, dict[str, str]]:
+    """(owner id, owner info labels) of the simulated job's pod on a node."""
+    uid = f"{_POD_UID_PREFIX}{_POD_UID_SUFFIX + replica:012x}"
+    return f"kubernetes:{uid}", {
+        "owner": f"kubernetes:{uid}", "owner_kind": "kubernetes", "owner_namespace": JOB_NAMESPACE,
+        "owner_pod": f"{JOB_POD_PREFIX}{replica}", "pod_uid": uid, "container_id": "", "slurm_job": "",
+        "slurm_uid": "", "unit": "",
+    }
+
+
+OWNER, OWNER_LABELS = job_owner()
 FIRST_PID = 4242
 #: Samples per step reported by the simulated job's loops.
 WORKLOAD_BATCH = 32
@@ -63,6 +77,7 @@ class SimulatedNode:
         self._rng = random.Random(scenario.params.seed)
         self.counters: defaultdict[tuple, float] = defaultdict(float)
         self.state: NodeState = scenario.state(scenario, 0.0)
+        self.owner, self.owner_labels = job_owner(scenario.params.replica)
         self._seed_counters()
 
     def _seed_counters(self) -> None:
@@ -309,16 +324,16 @@ class SimulatedNode:
                 temperature_celsius=g.temperature_c, violation_seconds={"power": 0.0, "thermal": 0.0},
                 pcie=PcieLink(g.link_gen, g.link_width, 5, 16, 5), pcie_replays=0.0,
                 processes=(GpuProcess(pid, g.mem_used_bytes),) if g.has_process else (),
-                owners=(OwnerUse(OWNER, 1, g.mem_used_bytes, g.util),) if g.has_process else (),
+                owners=(OwnerUse(self.owner, 1, g.mem_used_bytes, g.util),) if g.has_process else (),
             ))
         running = int(round(s.owner_running_threads))
         blocked = int(round(s.owner_blocked_threads))
         owner = OwnerState(
-            dict(OWNER_LABELS), processes=len(s.gpus) + 4, threads=running + blocked + 40,
+            dict(self.owner_labels), processes=len(s.gpus) + 4, threads=running + blocked + 40,
             running=running, blocked=blocked, sleeping=40, other=0,
             cpu_seconds_total=round(c[("owner", "cpu")], 2), cpus=8, running_cpus=min(running, 8),
         )
-        return GpuDeviceData(True, "", "570.124.06", "12.8", tuple(devices), {}, {OWNER: owner})
+        return GpuDeviceData(True, "", "570.124.06", "12.8", tuple(devices), {}, {self.owner: owner})
 
     def workload(self, t: float) -> WorkloadData:
         """The records each GPU's process would write with gpuwait.workload (Params.workload=1),
@@ -343,8 +358,13 @@ class SimulatedNode:
                 "comm_seconds": c[("loop", i, "comm")], "steps": steps, "samples": steps * WORKLOAD_BATCH,
                 "requests": int(c[("loop", i, "requests")]) if kind == "inference" else 0,
             })
-            records.append(OwnedRecord(parse_record(text), OWNER))
+            records.append(OwnedRecord(parse_record(text), self.owner))
         return WorkloadData(tuple(records))
+
+    def nccl(self, t: float) -> None:
+        """The simulated jobs run without NCCL Inspector: no dump directory, no data, as on
+        a node whose jobs never switched the plugin on."""
+        raise NoData(f"unconfigured:{DUMP_DIR.name}", "the simulated jobs run without NCCL Inspector")
 
     #: source name -> payload builder
     def builders(self) -> dict[str, Callable[[float], object]]:
@@ -352,7 +372,9 @@ class SimulatedNode:
             "cpu": self.cpu, "pressure": self.pressure, "diskstats": self.diskstats, "netdev": self.netdev,
             "rdma_traffic": self.rdma_traffic, "rdma": self.rdma, "nfs": self.nfs,
             "gpu": self.gpu, "gpu_device": self.gpu_device, "workload": self.workload,
+            "nccl": self.nccl,
         }
 
     def reading(self, source: str, t: float) -> Reading:
+        """Raises NoData for a source the simulated node has nothing for, as the real one does."""
         return Reading(source, t, self.builders()[source](t))

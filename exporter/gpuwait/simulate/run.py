@@ -7,13 +7,15 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
-from gpuwait.collectors import CollectorSpec, SourceSpec, registry
-from gpuwait.config import Settings
-from gpuwait.reading import Reading
-from gpuwait.sampler import Sampler
+from gpuwait.core.config import ANALYSIS_INTERVAL, SIMULATE_PARAMS, SIMULATE_SCENARIO, Settings
+from gpuwait.core.errors import NoData
+from gpuwait.core.plugin import CollectorSpec, SourceSpec
+from gpuwait.core.reading import Reading
+from gpuwait.core.registry import registry
+from gpuwait.core.sampler import Sampler
+from gpuwait.core.source import Source
 from gpuwait.simulate.model import Params, Scenario, get
 from gpuwait.simulate.node import SimulatedNode
-from gpuwait.sources.base import Source
 
 
 class SimulatedSource(Source):
@@ -46,8 +48,8 @@ def parse_params(text: str) -> dict[str, float | int]:
 
 
 def scenario_from_settings(settings: Settings) -> Scenario:
-    scenario = get(settings["simulate.scenario"])
-    params = parse_params(settings["simulate.params"])
+    scenario = get(settings[SIMULATE_SCENARIO])
+    params = parse_params(settings[SIMULATE_PARAMS])
     return scenario.with_params(**params) if params else scenario
 
 
@@ -73,7 +75,7 @@ def run_virtual(
     node = SimulatedNode(scenario, 0.0)
     sampler = Sampler(collectors, settings, make_source=lambda spec, _s: SimulatedSource(node, spec.name, _tier(spec)))
     sampler.observers.extend(observers)
-    fast, slow, every = settings.sample_interval, settings.slow_interval, settings["analysis.interval"]
+    fast, slow, every = settings.sample_interval, settings.slow_interval, settings[ANALYSIS_INTERVAL]
     due = {name: 0.0 for name in sampler.states}
     next_analysis = every
     steps = int(round(duration / fast))
@@ -81,7 +83,11 @@ def run_virtual(
         t = k * fast
         for name, state in sampler.states.items():
             if t + 1e-9 >= due[name]:
-                sampler.ingest(state, node.reading(name, t), started=t)
+                try:
+                    reading, no_data = node.reading(name, t), None
+                except NoData as e:
+                    reading, no_data = None, e
+                sampler.ingest(state, reading, started=t, no_data=no_data)
                 due[name] = t + (slow if state.interval >= slow else fast)
         if t + 1e-9 >= next_analysis:
             sampler.analyse_once(now=t)

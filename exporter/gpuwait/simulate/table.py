@@ -7,10 +7,10 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 
-from gpuwait.analysis.attribution import CAUSES
 from gpuwait.analysis.verdict import GpuVerdict, NodeVerdict
-from gpuwait.collectors import registry
-from gpuwait.config import Settings, resolve
+from gpuwait.core.config import Settings
+from gpuwait.core.facts import CAUSES
+from gpuwait.core.registry import registry, resolve
 from gpuwait.simulate.model import SCENARIOS, Scenario
 from gpuwait.simulate.run import run_virtual
 
@@ -60,24 +60,46 @@ def render(outcomes: dict[str, Outcome]) -> str:
         "a test fails when this page and the code disagree). Scenarios run on a simulated 8-GPU node",
         f"for {DURATION:g} s of node time at the default settings (`gpuwait-exporter --simulate NAME` serves one live).",
         "",
-        "How a verdict is reached (A14): the GPU's activity (GPM SM activity where the GPU has it,",
-        "else the driver's utilization samples) is put on one grid with every host signal. An idle",
-        "sample is given to the first cause whose evidence is present at that instant:",
+        "How a verdict is reached (A14); each rule is stated with its source in the module that applies it",
+        "(`gpuwait/analysis/`):",
         "",
-        "| cause | evidence at the idle instant |",
-        "|---|---|",
-        "| `storage` | reads in flight (disk reads or NFS read-path operations at `verdict.storage.min-read-iops` or more) and tasks stalled on IO (PSI io some), a long disk queue, or slow NFS operations; writes alone never count, so a checkpoint is not a data-pipeline wait |",
-        "| `data_pipeline` | a core saturated within the sampling interval while the GPU's owner uses at least `verdict.cpu.owner-cores` cores (A2, A3: the average hides it) |",
-        "| `host_transfer` | the GPU's PCIe traffic at `verdict.pcie.share` of its link's current capacity (a downtrained link lowers it) |",
-        "| `sync` | a peer GPU of the same owner still computing (A12) |",
-        "| `network` | a NIC or RDMA port in a burst, on a link whose traffic moves against the GPU's activity over the window (correlation at or below -`verdict.network.anticorrelation`, A10) |",
-        "| `insufficient_work` | none of the above, and the owner is active (A4) |",
-        "| `none` | idle without demand: no owner, or an owner neither using CPU nor waiting on IO (A1) |",
+        "1. **Idle time is fractional** (analysis.activity). A driver utilization sample is the share of",
+        "   its period (1/6 s to 1 s) in which a kernel ran, stamped at the period's end: an instant is",
+        "   described by the first sample stamped after it, and is idle for `1 - u` of its length, so",
+        "   gaps shorter than a sample still count. With GPM, an instant whose SM activity is below",
+        "   `verdict.sm-idle-threshold` is idle whatever utilization says.",
+        "2. **A resident collective is a wait** where something explains it. NCCL kernels keep",
+        "   utilization at 100 % on the few SMs their channels occupy while they wait: with GPM, SM",
+        "   activity at most `verdict.collective.footprint-share` of the GPU's own working level, with",
+        "   memory traffic resting, counts as waiting where a link bursts in step with it (network) or a",
+        "   peer of the same owner is still computing (sync). Without GPM the memory controller stands",
+        "   in for SM activity, against a peer that has no kernel at all only.",
+        "3. **Evidence is scoped to the GPU's owner** (its processes and their descendants). A GPU",
+        "   with no process is `none`. Storage evidence (reads in flight with tasks stalled on IO, a",
+        "   long disk queue, slow NFS) counts for an owner whose threads were seen in D state; CPU",
+        "   evidence for an owner that uses the CPU; host-wide evidence only for a GPU whose owner",
+        "   cannot be told, at the lowest strength.",
+        "4. **The strongest evidence takes the instant**, not the first in a fixed order. Direct: PCIe",
+        "   at `verdict.pcie.share` of the link's trained capacity, a link bursting in step with the",
+        "   waits, the owner's threads stalled on reads, the owner's runnable threads exceeding the CPU",
+        "   it receives (a CFS quota, `verdict.cpu.runnable-excess`), a peer computing at the barrier,",
+        "   the loop's own data-wait account. Inferred: a saturated core while the owner uses CPU (it is",
+        "   as often a thread spinning in a CUDA sync or an MPI progress loop as a decoder), a resident",
+        "   wait while a peer has no kernel. Equal strengths follow the method's order.",
+        "5. **Links are aligned** when their traffic moves against the GPU's activity (correlation at or",
+        "   below -`verdict.network.anticorrelation`) or when `verdict.network.bursts-in-waits` of their",
+        "   bursts fall in the GPU's waits, far more than the waits' own share of the window.",
+        "6. **Short window raises, long window confirms**: the verdict over the whole window, unless",
+        "   over the last `verdict.short-window` seconds another wait dominates the idle time (an",
+        "   onset); a change is published once two consecutive passes (`verdict.interval`) agree, and",
+        "   `gpuwait_gpu_verdict_age_seconds` says since when it holds.",
         "",
-        "A GPU idle less than `verdict.min-idle-ratio` of the window is computing: its verdict is",
-        "`throttled` when power or thermal limits held its clocks during `verdict.min-throttled-share`",
-        "of its busy samples, else `none`. Otherwise the cause with the largest share is named when it",
-        "explains at least `verdict.min-cause-share` of the idle time.",
+        "Idle time no evidence explains is `insufficient_work` when the owner is active (CPU use, IO",
+        "waits or a loop reporting work), else `none` (A1). A GPU idle less than `verdict.min-idle-ratio`",
+        "of the window is computing: its verdict is `throttled` when power or thermal limits held its",
+        "clocks during `verdict.min-throttled-share` of its busy time, else `none`. Otherwise the cause",
+        "with the largest share is named when it explains at least `verdict.min-cause-share` of the idle",
+        "time. How the verdict fares on node traces written apart from it: docs/evaluation.md.",
         "",
         "## Scenarios",
         "",

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from gpuwait import __version__
-from gpuwait.reading import Reading
+from gpuwait.core.reading import Reading
 from gpuwait.trace.codec import DecodeError, from_jsonable, to_jsonable
 
 FORMAT = "gpuwait-trace"
-VERSION = 1
+#: Version 2 adds sources (nccl); a version 1 trace holds a subset of its sources and the
+#: same payloads, so both are read.
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 class TraceError(ValueError):
@@ -109,8 +112,9 @@ class TraceReader:
         if not isinstance(first, dict) or first.get("format") != FORMAT:
             raise TraceError(f"{path}:1: not a gpuwait trace (header must have \"format\": \"{FORMAT}\")")
         version = first.get("version")
-        if version != VERSION:
-            raise TraceError(f"{path}:1: trace version {version!r} is not supported (this gpuwait reads version {VERSION})")
+        if isinstance(version, bool) or version not in READABLE_VERSIONS:
+            readable = " and ".join(str(v) for v in READABLE_VERSIONS)
+            raise TraceError(f"{path}:1: trace version {version!r} is not supported (this gpuwait reads versions {readable})")
         self.header = TraceHeader(version, str(first.get("created", "")), str(first.get("host", "")), dict(first.get("meta") or {}))
 
     def _next_json(self) -> Any:

@@ -6,10 +6,11 @@ import logging
 import threading
 import time
 
-from gpuwait.errors import SourceError
-from gpuwait.reading import Reading
-from gpuwait.sampler import Sampler
-from gpuwait.sources.base import Source
+from gpuwait.core.config import ANALYSIS_INTERVAL
+from gpuwait.core.errors import SourceError
+from gpuwait.core.reading import Reading
+from gpuwait.core.sampler import Sampler
+from gpuwait.core.source import Source
 from gpuwait.trace.file import TraceError, TraceReader
 
 log = logging.getLogger("gpuwait.replay")
@@ -41,7 +42,7 @@ class Replayer:
 
     def run(self, stop: threading.Event | None = None) -> None:
         stop = stop or threading.Event()
-        interval = self.sampler.settings["analysis.interval"]
+        interval = self.sampler.settings[ANALYSIS_INTERVAL]
         wall_start = time.monotonic()
         first_t = next_analysis = None
         try:

@@ -7,7 +7,7 @@ import dataclasses
 import sys
 import typing
 
-from gpuwait.collectors import registry
+from gpuwait.core.registry import registry
 
 
 def describe(tp, indent: int = 0, seen: set | None = None) -> list[str]:

@@ -1,0 +1,150 @@
+"""What each GPU did at every instant of the window: how much of the instant no kernel ran, and
+whether a kernel that did run looked like a collective waiting rather than compute.
+
+Three facts of the hardware shape this:
+
+- A driver utilization sample is the fraction of its sampling period (1/6 s to 1 s, by
+  product) during which at least one kernel ran (NVML ``nvmlDeviceGetSamples``,
+  ``NVML_GPU_UTILIZATION_SAMPLES``). Gaps shorter than the period never read 0: a loop that
+  idles 0.1 s of every 0.2 s reads about 50 %. So the idle share of an instant is
+  ``1 - u``, not "u below a threshold".
+- The driver stamps a sample at the end of the period it describes: an instant is described
+  by the first sample stamped after it, not by the last one before it.
+- A collective's kernels stay resident while they wait for data or for a peer: utilization
+  reads 100 % and GPM SM activity falls to the collective's footprint, the few SMs its
+  channels occupy (NVIDIA/nccl#1432, #403; cupy#3557). Memory traffic falls with it: data
+  moving at link speed is a small share of HBM bandwidth. Such an instant is a *candidate*
+  wait; it counts as one only where the network or a peer explains it (analysis.verdict),
+  because a phase of light kernels looks the same on its own. Without GPM the same sign is
+  weaker (utilization pinned while the memory controller rests) and is used only against a
+  peer that has no kernel at all (sync).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuwait.analysis.timeseries import Grid
+from gpuwait.collectors.gpu import window as gpu_window
+from gpuwait.core.config import Option, Settings, parse_fraction
+from gpuwait.core.ring import Column, WindowView
+from gpuwait.core.series import quantile
+
+SM_IDLE_THRESHOLD = Option("verdict.sm-idle-threshold", parse_fraction, 0.1,
+                           "SM activity (GPM) below which an instant counts as idle whatever utilization says: "
+                           "kernels that keep so few SMs busy leave the GPU's capacity unused.")
+FOOTPRINT_SHARE = Option("verdict.collective.footprint-share", parse_fraction, 0.5,
+                         "An instant whose SM activity (GPM; without GPM, memory-controller activity) is at most "
+                         "this share of the GPU's own working level over the window, with utilization pinned, "
+                         "looks like a resident collective waiting rather than compute.")
+
+OPTIONS = (SM_IDLE_THRESHOLD, FOOTPRINT_SHARE)
+
+#: The GPU's working level is this quantile of its activity over the window: the level it
+#: reaches when it computes, robust to the dips being judged.
+LEVEL_QUANTILE = 0.9
+#: Below this working level a GPU never computes at full width (tiny kernels, a small model):
+#: there is no compute level for a collective's footprint to fall from.
+MIN_WORKING_LEVEL = 0.3
+#: Without GPM: a memory controller that never rises above this share of its time does not
+#: separate compute from a resting collective.
+MIN_MEMORY_LEVEL = 0.15
+#: Utilization at or above which a kernel ran for (almost) all of the sample: the pinned
+#: utilization of a resident collective.
+PINNED = 0.9
+#: Longest driver sampling period (seconds) NVML documents; spacing beyond it is a gap.
+MAX_SAMPLE_PERIOD = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class GpuActivity:
+    #: "sm_active" (GPM) or "utilization": the signal ``activity`` is
+    signal: str
+    #: 0..1 per grid instant, centred on what it measured: the series correlated with links
+    activity: list[float]
+    #: 0..1 per instant: the share of the instant no kernel ran (or no SM did); NaN unknown
+    idle: list[float]
+    #: 0..1 per instant: the share a resident collective would be waiting, where the instant
+    #: looks like one (0 elsewhere)
+    footprint: list[float]
+    #: the GPU's working level (its activity when computing), None when it has none
+    level: float | None
+
+    def computing(self, i: int) -> bool:
+        """A kernel ran for most of the instant and it was not a collective's footprint."""
+        idle = self.idle[i]
+        return idle == idle and idle < 0.5 and self.footprint[i] == 0.0
+
+
+def sample_period(column: Column) -> float | None:
+    """The driver's sampling period: the mean spacing of the valid samples in the window."""
+    times = [t for t, v in zip(column.times, column.values) if v == v]
+    if len(times) < 2:
+        return None
+    period = (times[-1] - times[0]) / (len(times) - 1)
+    return period if 0 < period <= MAX_SAMPLE_PERIOD else None
+
+
+def centred(grid: Grid, column: Column) -> list[float]:
+    """A driver sample series on the grid: each instant takes the sample whose period covers
+    it, the first one stamped at or after it (the driver stamps a sample at the end of its
+    period), for at most one period."""
+    period = sample_period(column)
+    if period is None:
+        return grid.hold(column)
+    pairs = [(t, v) for t, v in zip(column.times, column.values) if v == v]
+    out = []
+    k = 0
+    for t in grid.times:
+        while k < len(pairs) and pairs[k][0] < t - 1e-9:
+            k += 1
+        out.append(pairs[k][1] if k < len(pairs) and pairs[k][0] - t <= period * 1.5 else math.nan)
+    return out
+
+
+def gpu_activity(view: WindowView, grid: Grid, gpu: tuple[str, str], settings: Settings) -> GpuActivity:
+    util = centred(grid, gpu_window.utilization(view, gpu))
+    sm = grid.hold(gpu_window.sm_active(view, gpu))
+    n = len(grid)
+    share = settings[FOOTPRINT_SHARE]
+    if any(v == v for v in sm):
+        dram = grid.hold(gpu_window.dram_active(view, gpu))
+        level = quantile(sm, LEVEL_QUANTILE)
+        dram_level = quantile(dram, LEVEL_QUANTILE)
+        floor = settings[SM_IDLE_THRESHOLD]
+        idle, footprint = [], []
+        for i in range(n):
+            s, u = sm[i], util[i]
+            if s != s:
+                idle.append(_idle_of(u))
+                footprint.append(0.0)
+                continue
+            idle.append(1.0 if s < floor else (_idle_of(u) if u == u else 0.0))
+            quiet_memory = dram[i] != dram[i] or dram_level is None or dram[i] <= share * dram_level
+            if (level is not None and level >= MIN_WORKING_LEVEL and s >= floor and s <= share * level
+                    and (u != u or u >= PINNED) and quiet_memory):
+                footprint.append(1.0 - s / level)
+            else:
+                footprint.append(0.0)
+        return GpuActivity("sm_active", sm, idle, footprint, level)
+    memory = centred(grid, gpu_window.memory_busy(view, gpu))
+    level = quantile(memory, LEVEL_QUANTILE)
+    idle = [_idle_of(u) for u in util]
+    footprint = [0.0] * n
+    if level is not None and level >= MIN_MEMORY_LEVEL:
+        for i in range(n):
+            u, m = util[i], memory[i]
+            if u == u and u >= PINNED and m == m and m <= share * level:
+                footprint[i] = 1.0 - m / level
+    return GpuActivity("utilization", util, idle, footprint, level)
+
+
+def _idle_of(u: float) -> float:
+    return math.nan if u != u else min(1.0, max(0.0, 1.0 - u))
+
+
+def mean_idle(activities: Sequence[float]) -> float:
+    vals = [v for v in activities if v == v]
+    return sum(vals) / len(vals) if vals else 0.0

@@ -1,0 +1,116 @@
+"""Network evidence: a NIC or RDMA port whose traffic bursts while the GPU dips (A9, A10, A11).
+
+Collectives move data between compute phases, so a link that carries a GPU's collective
+bursts while the GPU waits: its traffic moves against the GPU's activity (strongly negative
+correlation at the sampling rate), or, where bursts are irregular in length and rate (a
+congested fabric, lognormal goodput) and the correlation is diluted, its bursts fall almost
+all inside the GPU's waits, far more than the waits' share of the window would give a link
+on its own rhythm. The instants where such a link bursts (near its peak in the window) are
+the network evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuwait.analysis.timeseries import Grid, pearson
+from gpuwait.collectors.netdev import window as netdev_window
+from gpuwait.collectors.rdma import window as rdma_window
+from gpuwait.core.config import Option, Settings, parse_fraction, parse_positive
+from gpuwait.core.plugin import AnalysisInputs
+from gpuwait.core.series import quantile
+
+
+def _correlation(value) -> float:
+    f = float(value)
+    if not 0.0 < f <= 1.0:
+        raise ValueError(f"must be in (0, 1]: {value!r}")
+    return f
+
+
+ANTICORRELATION = Option("verdict.network.anticorrelation", _correlation, 0.3,
+                         "How strongly (negative Pearson correlation) a link's rate must move against GPU utilization to count as aligned with its dips.")
+BURST_SHARE = Option("verdict.network.burst-share", parse_fraction, 0.5,
+                     "Share of a link's peak rate in the window at which an instant counts as a burst.")
+MIN_PEAK = Option("verdict.network.min-peak", parse_positive, 10e6,
+                  "Bytes per second a link must reach at its peak to be considered at all (idle links have noise, not bursts).")
+
+BURSTS_IN_WAITS = Option("verdict.network.bursts-in-waits", parse_fraction, 0.8,
+                         "Share of a link's burst instants that must fall in the GPU's waits for the link to count as aligned with them, when its correlation alone does not show it.")
+
+OPTIONS = (ANTICORRELATION, BURST_SHARE, MIN_PEAK, BURSTS_IN_WAITS)
+#: The bursts' share in the waits must exceed the waits' own share of the window by this
+#: much: a link bursting at random lands in the waits as often as the waits last.
+MIN_LIFT = 0.25
+PEAK_QUANTILE = 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class LinkAlignment:
+    """How one NIC or RDMA port's traffic lines up with one GPU's utilization."""
+
+    link: str  # "eth0", or "mlx5_0:1" for an RDMA port
+    kind: str  # "netdev" or "rdma"
+    link_layer: str  # "InfiniBand" or "Ethernet" for RDMA ports, "" for netdevs
+    correlation: float | None
+    aligned: bool
+
+
+class Network:
+    """Every link's rate on the grid, computed once per pass and shared by all GPUs."""
+
+    def __init__(self, inputs: AnalysisInputs, grid: Grid, settings: Settings, gap: float) -> None:
+        self.settings = settings
+        self.n = len(grid)
+        self.links: list[tuple[LinkAlignment, list[float]]] = []
+        netdev = inputs.views.get("netdev")
+        if netdev is not None:
+            for link in netdev_window.links(netdev):
+                self.links.append((LinkAlignment(link.interface, "netdev", "", None, False), grid.rates(link.bytes, gap)))
+        rdma = inputs.views.get("rdma_traffic")
+        if rdma is not None:
+            for port in rdma_window.links(rdma):
+                self.links.append((LinkAlignment(f"{port.device}:{port.port}", "rdma", port.link_layer, None, False),
+                                   grid.rates(port.bytes, gap)))
+
+    def alignment(self, busy: Sequence[float], waiting: Sequence[float]) -> list[tuple[LinkAlignment, list[bool]]]:
+        """Each link's correlation with this GPU's activity, and its burst instants when its
+        bursts line up with the GPU's waits (A10). ``waiting`` is the share of each instant
+        the GPU waited (no kernel, or a resident collective's footprint)."""
+        s = self.settings
+        out = []
+        for link, rate in self.links:
+            # The link's burst rate: a high quantile, not the maximum, so that one pause storm
+            # or one lucky interval does not set the bar for every burst.
+            peak = quantile(rate, PEAK_QUANTILE) or 0.0
+            if peak < s[MIN_PEAK]:
+                out.append((link, [False] * self.n))
+                continue
+            r = pearson(busy, rate)
+            level = s[BURST_SHARE] * peak
+            burst = [v == v and v >= level for v in rate]
+            aligned = (r is not None and r <= -s[ANTICORRELATION]) or _in_waits(burst, waiting, s[BURSTS_IN_WAITS])
+            bursts = [aligned and b for b in burst]
+            out.append((LinkAlignment(link.link, link.kind, link.link_layer, r, aligned), bursts))
+        return out
+
+    def evidence(self, links: list[tuple[LinkAlignment, list[bool]]]) -> list[bool]:
+        evidence = [False] * self.n
+        for link, bursts in links:
+            if link.aligned:
+                evidence = [a or b for a, b in zip(evidence, bursts)]
+        return evidence
+
+
+def _in_waits(burst: Sequence[bool], waiting: Sequence[float], share: float) -> bool:
+    """Whether the link's bursts fall in the GPU's waits far more than chance would put them."""
+    known = [(b, w) for b, w in zip(burst, waiting) if w == w]
+    if not known:
+        return False
+    in_bursts = [w >= 0.5 for b, w in known if b]
+    if len(in_bursts) < 3:
+        return False
+    inside = sum(in_bursts) / len(in_bursts)
+    base = sum(1 for _, w in known if w >= 0.5) / len(known)
+    return inside >= share and inside - base >= MIN_LIFT

@@ -1,0 +1,89 @@
+"""Storage evidence: reads in flight while tasks stall on IO, a long disk queue, or a slow
+NFS server (A6, A7).
+
+Reading must be going on (disk reads or NFS read-path operations at a real rate); then any
+of: IO pressure (PSI io some) at the threshold, or without PSI a task in uninterruptible
+sleep; an average disk queue at the threshold; NFS operations slower than the threshold.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpuwait.analysis.timeseries import HOLD_INTERVALS, Grid
+from gpuwait.collectors.cpu import window as cpu_window
+from gpuwait.collectors.diskstats import window as disk_window
+from gpuwait.collectors.nfs import window as nfs_window
+from gpuwait.collectors.pressure import window as pressure_window
+from gpuwait.core.config import Option, Settings, parse_fraction, parse_positive
+from gpuwait.core.plugin import AnalysisInputs
+
+IO_PRESSURE = Option("verdict.storage.io-pressure", parse_fraction, 0.1,
+                     "IO pressure (PSI io some) at which tasks count as stalled on storage.")
+QUEUE_DEPTH = Option("verdict.storage.queue-depth", parse_positive, 4.0,
+                     "Average in-flight requests on a disk that count as a long queue.")
+MIN_READ_IOPS = Option("verdict.storage.min-read-iops", parse_positive, 20.0,
+                       "Reads per second (disk or NFS read-path operations) below which nothing is being read; checkpoint writes are not a data-pipeline wait.")
+NFS_LATENCY = Option("verdict.storage.nfs-latency", parse_positive, 0.005,
+                     "Mean NFS operation execute time, in seconds, that counts as a slow remote file system.")
+
+OPTIONS = (IO_PRESSURE, QUEUE_DEPTH, MIN_READ_IOPS, NFS_LATENCY)
+
+
+def storage(inputs: AnalysisInputs, grid: Grid, settings: Settings, gap: float) -> list[bool]:
+    """Storage evidence at each grid point; ``gap`` is the longest sampling interval a
+    fast-tier rate may span."""
+    n = len(grid)
+    reading = [False] * n
+    long_queue = [False] * n
+    disks = inputs.views.get("diskstats")
+    if disks is not None:
+        min_iops, depth = settings[MIN_READ_IOPS], settings[QUEUE_DEPTH]
+        for device in disk_window.devices(disks):
+            counters = disk_window.device_counters(disks, device)
+            reads = grid.rates(counters.reads, gap)
+            queue = grid.rates(counters.queue_time, gap)
+            for i in range(n):
+                if reads[i] == reads[i] and reads[i] >= min_iops:
+                    reading[i] = True
+                    if queue[i] == queue[i] and queue[i] >= depth:
+                        long_queue[i] = True
+    slow_nfs = _nfs_slow(inputs, grid, settings, reading)
+    psi = inputs.views.get("pressure")
+    io_some = pressure_window.stalled_seconds(psi, "io", "some") if psi is not None else None
+    if io_some is not None:
+        level = settings[IO_PRESSURE]
+        stalled = [p == p and p >= level for p in grid.rates(io_some, gap)]
+    else:
+        cpu = inputs.views.get("cpu")
+        blocked = grid.hold(cpu_window.procs_blocked(cpu)) if cpu is not None else [math.nan] * n
+        stalled = [b == b and b >= 1 for b in blocked]
+    return [reading[i] and (stalled[i] or long_queue[i] or slow_nfs[i]) for i in range(n)]
+
+
+def _nfs_slow(inputs: AnalysisInputs, grid: Grid, settings: Settings, reading: list[bool]) -> list[bool]:
+    """Marks NFS read-path activity in ``reading`` and returns where it was slow. NFS is
+    read on the slow tier, so its rates cover whole slow intervals."""
+    view = inputs.views.get("nfs")
+    n = len(grid)
+    slow = [False] * n
+    if view is None:
+        return slow
+    gap = HOLD_INTERVALS * settings.slow_interval
+    min_ops, latency = settings[MIN_READ_IOPS], settings[NFS_LATENCY]
+    for mount in nfs_window.mounts(view):
+        total_ops = [0.0] * n
+        total_ms = [0.0] * n
+        for operation in nfs_window.operations(view, mount):
+            ops = grid.rates(operation.count, gap)
+            ms = grid.rates(operation.execute_ms, gap)
+            for i in range(n):
+                if ops[i] == ops[i] and ms[i] == ms[i]:
+                    total_ops[i] += ops[i]
+                    total_ms[i] += ms[i]
+        for i in range(n):
+            if total_ops[i] >= min_ops:
+                reading[i] = True
+                if total_ms[i] / 1000.0 / total_ops[i] >= latency:
+                    slow[i] = True
+    return slow

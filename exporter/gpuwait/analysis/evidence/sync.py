@@ -1,0 +1,41 @@
+"""Sync evidence: a peer GPU of the same owner that has not reached the collective while this
+one waits in it or for it (A12). The GPUs of one job meet at each collective; the one that
+arrives first waits for the last.
+
+With NCCL a GPU waiting at the barrier keeps its collective kernel resident (utilization
+100 %, SM activity at the collective's footprint): a resident wait while a peer still
+computes is the barrier itself, direct evidence. A resident wait while a peer has no kernel
+at all is a peer that has not arrived either, starved upstream: the wait is inferred. A GPU
+with no kernel at all while a peer computes is not evidence of a barrier: with NCCL a GPU at
+the barrier is never kernel-free, and GPUs of one owner that are not in lockstep idle that
+way too. (A host-staged collective's wait for a straggler, MPI or Gloo, is not told apart
+from too little work; once the exchange starts its link traffic shows it.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpuwait.analysis.activity import GpuActivity
+from gpuwait.analysis.attribution import DIRECT, INFERRED
+
+
+def sync(gpu: tuple[str, str], owner: str, activity: Mapping[tuple[str, str], GpuActivity],
+         owner_of: Mapping[tuple[str, str], str]) -> list[float]:
+    """Per instant, the strength of the evidence that this GPU waits for a peer."""
+    mine = activity[gpu]
+    n = len(mine.idle)
+    if not owner:
+        return [0.0] * n
+    peers = [activity[p] for p in activity if p != gpu and owner_of.get(p) == owner]
+    out = [0.0] * n
+    if not peers:
+        return out
+    for i in range(n):
+        if mine.footprint[i] <= 0.0:
+            continue
+        if any(p.computing(i) for p in peers):
+            out[i] = DIRECT
+        elif any(p.idle[i] == p.idle[i] and p.idle[i] >= 0.5 for p in peers):
+            out[i] = INFERRED
+    return out

@@ -1,0 +1,85 @@
+"""What instrumented loops (gpuwait.client) add to the verdict.
+
+A loop's measured data-wait share is direct evidence (A8): while the loop sat in ``next()``
+its GPU had nothing to run. The loop reports totals, not instants, so the share is turned
+into a number of the GPU's idle samples — the share times the window's samples, at most the
+idle ones — and those samples are counted as a data wait: first where the host already shows
+storage or CPU evidence, then where nothing else explains the idleness, and only then where
+a weaker, inferred cause (PCIe, a peer, a link) was present. They count as ``storage`` when
+the host's storage evidence covers more of the GPU's idle samples than its CPU evidence
+does, else as ``data_pipeline``.
+
+A loop that reports its progress also settles demand (A1, A13): a training loop that steps
+or waits for data has work; an inference server below verdict.workload.min-request-rate has
+too little load for its idle GPU to be a problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gpuwait.analysis.attribution import DIRECT
+from gpuwait.collectors.workload.window import OwnerWorkload
+from gpuwait.core.config import Option, Settings, parse_fraction
+
+
+def _rate(value) -> float:
+    f = float(value)
+    if not f >= 0:
+        raise ValueError(f"must be a number >= 0: {value!r}")
+    return f
+
+
+MIN_DATA_WAIT = Option("verdict.workload.min-data-wait", parse_fraction, 0.05,
+                       "Data-wait share an instrumented loop must report for it to count as evidence of a data wait.", "FRACTION")
+MIN_REQUEST_RATE = Option("verdict.workload.min-request-rate", _rate, 1.0,
+                          "Requests per second below which an instrumented inference server counts as having no demand (A13).", "RATE")
+
+OPTIONS = (MIN_DATA_WAIT, MIN_REQUEST_RATE)
+
+
+def reported(inputs_stats: Mapping[str, object], owner: str) -> OwnerWorkload | None:
+    """The owner's OwnerWorkload, or None when no loop of that owner reports."""
+    if not owner:
+        return None
+    stats = inputs_stats.get("workload")
+    return getattr(stats, "owners", {}).get(owner) if stats is not None else None
+
+
+def demand(report: OwnerWorkload, settings: Settings) -> bool:
+    if report.kind == "inference":
+        return report.requests_per_second >= settings[MIN_REQUEST_RATE]
+    return report.demand
+
+
+def with_data_wait(
+    evidence: Mapping[str, Sequence[float]], idle: Sequence[float], report: OwnerWorkload, settings: Settings,
+) -> dict[str, Sequence[float]]:
+    """``evidence`` with the idle instants the reported data wait explains added to storage or
+    data_pipeline as direct evidence; unchanged when the loop reports no data wait worth
+    counting."""
+    share = report.data_wait_ratio
+    out = dict(evidence)
+    if share is None or share < settings[MIN_DATA_WAIT]:
+        return out
+    n = len(idle)
+    idle_at = [i for i, x in enumerate(idle) if x == x and x >= 0.5]
+    samples = sum(1 for x in idle if x == x)
+    budget = min(len(idle_at), round(share * samples))
+    if budget <= 0:
+        return out
+    storage = evidence.get("storage") or [0.0] * n
+    cpu = evidence.get("data_pipeline") or [0.0] * n
+    inferred = [evidence[c] for c in ("host_transfer", "sync", "network") if evidence.get(c) is not None]
+    host_side = [i for i in idle_at if storage[i] or cpu[i]]
+    unexplained = [i for i in idle_at if not (storage[i] or cpu[i]) and not any(e[i] for e in inferred)]
+    weaker = [i for i in idle_at if not (storage[i] or cpu[i]) and any(e[i] for e in inferred)]
+    chosen = (host_side + unexplained + weaker)[:budget]
+    target = "storage" if sum(bool(storage[i]) for i in idle_at) > sum(bool(cpu[i]) for i in idle_at) else "data_pipeline"
+    marked = list(out.get(target) or [0.0] * n)
+    for i in chosen:
+        # The loop's own measurement is the most direct evidence there is (A8): it outranks
+        # whatever the host suggests at the same instant.
+        marked[i] = DIRECT + 1.0
+    out[target] = marked
+    return out

@@ -1,0 +1,40 @@
+"""CPU time per core and the run queue, from /proc/stat (A2, A3)."""
+
+from __future__ import annotations
+
+import time
+
+from gpuwait.collectors.cpu.parse import parse_proc_stat
+from gpuwait.collectors.cpu.payload import CpuData
+from gpuwait.core.errors import ParseError, SourceError
+from gpuwait.core.pseudofile import read_text
+from gpuwait.core.reading import Reading
+from gpuwait.core.source import HostPaths, Source, user_hz
+
+#: Modes exported as counters, as node_exporter does: guest time is already inside user/nice.
+EXPORTED_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+class CpuSource(Source):
+    name = "cpu"
+    tier = "fast"
+
+    def __init__(self, paths: HostPaths, ticks_per_second: int | None = None) -> None:
+        super().__init__(paths)
+        self.path = paths.proc("stat")
+        self.ticks_per_second = ticks_per_second or user_hz()
+
+    def read(self) -> Reading:
+        t = time.monotonic()
+        text = read_text(self.path)
+        try:
+            stat = parse_proc_stat(text)
+        except ParseError as e:
+            raise SourceError(f"parse:{self.path}", str(e)) from None
+        hz = float(self.ticks_per_second)
+        cores = {
+            cpu: {mode: ticks[mode] / hz for mode in EXPORTED_MODES if mode in ticks}
+            for cpu, ticks in stat.cpus.items()
+            if cpu != "cpu"
+        }
+        return self.reading(t, CpuData(cores, stat.procs_running, stat.procs_blocked))

@@ -1,0 +1,114 @@
+"""Window statistics of CPU time: per-core busy fractions and how many cores are saturated.
+
+The all-core mean hides a data loader pinned to one core (A3), so the maximum and the count
+of saturated cores are computed beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from gpuwait.collectors.cpu.payload import CpuData
+from gpuwait.core.config import Option, Settings, parse_fraction
+from gpuwait.core.ring import Column, WindowView
+from gpuwait.core.series import maximum, mean, total_increase
+
+#: Time a core is not available to new work. iowait is idle time with IO outstanding, so not busy;
+#: steal is time the hypervisor gave away, which a data loader cannot use either.
+BUSY_MODES = ("user", "nice", "system", "irq", "softirq", "steal")
+
+SATURATION_THRESHOLD = Option(
+    "collector.cpu.saturation-threshold", parse_fraction, 0.95,
+    "Busy fraction over the window at or above which a core counts as saturated.", "RATIO",
+)
+
+# Column keys: ("busy", core) and ("total", core) seconds, and the run-queue gauges.
+_BUSY, _TOTAL = "busy", "total"
+_RUNNING, _BLOCKED = "procs_running", "procs_blocked"
+
+
+def columns(data: CpuData) -> dict[Hashable, float]:
+    cols: dict[Hashable, float] = {}
+    for cpu, modes in data.cores.items():
+        total = sum(modes.values())
+        cols[(_BUSY, cpu)] = sum(modes.get(m, 0.0) for m in BUSY_MODES)
+        cols[(_TOTAL, cpu)] = total
+    if data.procs_running is not None:
+        cols[_RUNNING] = float(data.procs_running)
+    if data.procs_blocked is not None:
+        cols[_BLOCKED] = float(data.procs_blocked)
+    return cols
+
+
+@dataclass(frozen=True, slots=True)
+class CpuWindowStats:
+    busy_ratio: dict[str, float]
+    saturated_cores: int | None
+    busy_mean_ratio: float | None
+    busy_max_ratio: float | None
+    procs_running_mean: float | None
+    procs_running_max: float | None
+    procs_blocked_mean: float | None
+    procs_blocked_max: float | None
+
+
+def cores(view: WindowView) -> list[str]:
+    return sorted({key[1] for key in view.columns if isinstance(key, tuple) and key[0] == _BUSY}, key=_core_order)
+
+
+def busy_ratio(view: WindowView, cpu: str) -> float | None:
+    busy = total_increase(view.times, view.column((_BUSY, cpu)))
+    total = total_increase(view.times, view.column((_TOTAL, cpu)))
+    if busy is None or total is None or total[0] <= 0:
+        return None
+    return min(1.0, max(0.0, busy[0] / total[0]))
+
+
+def summarize(view: WindowView, settings: Settings) -> CpuWindowStats:
+    threshold = settings[SATURATION_THRESHOLD]
+    ratios = {cpu: r for cpu in cores(view) if (r := busy_ratio(view, cpu)) is not None}
+    values = list(ratios.values())
+    running = view.column(_RUNNING)
+    blocked = view.column(_BLOCKED)
+    return CpuWindowStats(
+        busy_ratio=ratios,
+        saturated_cores=sum(1 for r in values if r >= threshold) if values else None,
+        busy_mean_ratio=mean(values),
+        busy_max_ratio=maximum(values),
+        procs_running_mean=mean(running),
+        procs_running_max=maximum(running),
+        procs_blocked_mean=mean(blocked),
+        procs_blocked_max=maximum(blocked),
+    )
+
+
+def _core_order(cpu: str) -> tuple[int, str]:
+    return (int(cpu), cpu) if cpu.isdigit() else (1 << 30, cpu)
+
+
+# -- what the verdict reads ------------------------------------------------------------------
+
+
+def saturated_cores(view: WindowView, level: float) -> Column:
+    """How many cores were busy at least ``level`` of each sampling interval; each count is
+    stamped with the time its interval starts."""
+    keys = [k[1] for k in view.columns if isinstance(k, tuple) and k[0] == _BUSY]
+    busy_cols = [view.columns[(_BUSY, c)] for c in keys]
+    total_cols = [view.columns.get((_TOTAL, c)) for c in keys]
+    counts: list[float] = []
+    for j in range(len(view.times) - 1):
+        count = 0
+        for b, t in zip(busy_cols, total_cols):
+            if t is None:
+                continue
+            dt = t[j + 1] - t[j]
+            if dt > 0 and (b[j + 1] - b[j]) >= level * dt:
+                count += 1
+        counts.append(float(count))
+    return Column(view.times[:-1], counts)
+
+
+def procs_blocked(view: WindowView) -> Column:
+    """Tasks in uninterruptible sleep (usually IO) at each sample."""
+    return view.series(_BLOCKED)

@@ -1,0 +1,65 @@
+"""/proc/diskstats: per block device IO counters (Documentation/admin-guide/iostats.rst).
+
+Each line is ``major minor name`` and then 11 fields (up to 4.17), 15 (4.18 added discards) or
+17 (5.5 added flushes). Sizes are in 512-byte sectors whatever the device's own sector size,
+times in milliseconds. The kernel prints every time field as a 32-bit unsigned int
+(``jiffies_to_msecs`` / ``(unsigned int)div_u64(nsecs, NSEC_PER_MSEC)``), so they wrap at
+2**32 ms, about 49.7 days of accumulated time: the weighted queue time of a busy NVMe device
+gets there within days. Values here are converted to bytes and seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuwait.collectors.diskstats.payload import DiskCounters, Diskstats
+from gpuwait.core.errors import ParseError
+from gpuwait.core.fields import parse_devices, u64s
+
+SECTOR_BYTES = 512
+#: Width of the millisecond fields, in seconds: the modulus to unwrap them with.
+TIME_FIELD_MODULUS_SECONDS = (1 << 32) / 1000.0
+#: Field counts after ``major minor name`` of the layouts kernels print.
+BASE_FIELDS, DISCARD_FIELDS, FLUSH_FIELDS = 11, 15, 17
+
+
+def parse_diskstats_line(parts: list[str]) -> DiskCounters:
+    """One line, already split on whitespace."""
+    n = len(parts) - 3
+    if n < BASE_FIELDS or (n < FLUSH_FIELDS and n not in (BASE_FIELDS, DISCARD_FIELDS)):
+        raise ParseError(f"{len(parts)} columns; expected 14, 18 or 20")
+    # Later kernels may append fields: the known ones keep their positions.
+    major, minor, *v = u64s([parts[0], parts[1], *parts[3 : 3 + min(n, FLUSH_FIELDS)]])
+    has_discards = n >= DISCARD_FIELDS
+    has_flushes = n >= FLUSH_FIELDS
+    return DiskCounters(
+        major, minor,
+        reads_completed=v[0], reads_merged=v[1], read_bytes=v[2] * SECTOR_BYTES, read_time_seconds=v[3] / 1000,
+        writes_completed=v[4], writes_merged=v[5], write_bytes=v[6] * SECTOR_BYTES, write_time_seconds=v[7] / 1000,
+        io_now=v[8], io_time_seconds=v[9] / 1000, io_time_weighted_seconds=v[10] / 1000,
+        discards_completed=v[11] if has_discards else None,
+        discards_merged=v[12] if has_discards else None,
+        discard_bytes=v[13] * SECTOR_BYTES if has_discards else None,
+        discard_time_seconds=v[14] / 1000 if has_discards else None,
+        flushes_completed=v[15] if has_flushes else None,
+        flush_time_seconds=v[16] / 1000 if has_flushes else None,
+    )
+
+
+def parse_diskstats(text: str, keep: Callable[[str], bool] | None = None) -> Diskstats:
+    """Every device line whose name ``keep`` accepts (all without ``keep``).
+
+    A line that does not parse is listed in ``malformed`` and costs only that device; the
+    whole text is rejected (ParseError) only when it has malformed lines and no good one.
+    """
+    devices, malformed = parse_devices(_named_lines(text), parse_diskstats_line, keep, "device")
+    return Diskstats(devices, malformed)
+
+
+def _named_lines(text: str):
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if len(parts) >= 3:
+            yield parts[2], parts
+        elif parts:
+            yield f"line {lineno}", None

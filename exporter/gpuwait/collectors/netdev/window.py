@@ -1,0 +1,74 @@
+"""Window statistics of network interfaces at the sample rate: mean, peak and burstiness of
+receive and transmit throughput (A9, A10).
+
+Collectives move data in bursts between compute phases; a 15 s scrape rate averages the bursts
+into a modest figure, while the per-interval peak and the coefficient of variation show them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from gpuwait.collectors.netdev.payload import NetDev
+from gpuwait.core.config import Settings
+from gpuwait.core.ring import Column, WindowView
+from gpuwait.core.series import added, burstiness, interval_rates, maximum, window_rate
+
+#: Column keys are (direction, interface): bytes since the interface came up.
+DIRECTIONS = ("receive", "transmit")
+_RECEIVE, _TRANSMIT = DIRECTIONS
+
+
+def columns(data: NetDev) -> dict[Hashable, float]:
+    cols: dict[Hashable, float] = {}
+    for interface, c in data.interfaces.items():
+        cols[_RECEIVE, interface] = c.receive_bytes
+        cols[_TRANSMIT, interface] = c.transmit_bytes
+    return cols
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputWindowStats:
+    mean_bytes_per_second: float | None
+    max_bytes_per_second: float | None
+    burstiness: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class NetdevWindowStats:
+    #: interface -> statistics
+    receive: dict[str, ThroughputWindowStats]
+    transmit: dict[str, ThroughputWindowStats]
+
+
+def throughput(view: WindowView, direction: str, interface: str) -> ThroughputWindowStats:
+    values = view.column((direction, interface))
+    rates = interval_rates(view.times, values)
+    return ThroughputWindowStats(window_rate(view.times, values), maximum(rates), burstiness(rates))
+
+
+def summarize(view: WindowView, settings: Settings) -> NetdevWindowStats:
+    interfaces = sorted({key[1] for key in view.columns})
+    receive, transmit = (
+        {interface: throughput(view, direction, interface) for interface in interfaces}
+        for direction in DIRECTIONS
+    )
+    return NetdevWindowStats(receive, transmit)
+
+
+# -- what the verdict reads ------------------------------------------------------------------
+
+
+class Link(NamedTuple):
+    interface: str
+    #: Bytes received and transmitted, summed: a collective's traffic goes both ways.
+    bytes: Column
+
+
+def links(view: WindowView) -> list[Link]:
+    """Every interface of the window, by name."""
+    names = sorted({k[1] for k in view.columns if isinstance(k, tuple) and k[0] == _RECEIVE})
+    return [Link(name, Column(view.times, added(view.column((_RECEIVE, name)), view.column((_TRANSMIT, name)))))
+            for name in names]

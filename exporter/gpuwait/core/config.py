@@ -1,0 +1,367 @@
+"""Flags and the YAML configuration file: one table of options, two ways to set them.
+
+Every option is a flag in node_exporter style (``--sample.interval=100ms``) and a key of the
+same name in ``--config.file`` (flat ``sample.interval: 100ms`` or nested
+``sample: {interval: 100ms}``). Flags given on the command line win over the file.
+
+An ``Option`` is declared once, as a module constant next to the code that reads it, and
+code reads its value through that constant (``settings[SAMPLE_INTERVAL]``), so the value
+has the option's type and a misspelt option is a NameError, not a silent None. The table of
+every option is assembled by ``gpuwait.core.registry`` from the exporter's own options
+(below) and each collector's ``OPTIONS``; declaring a name twice fails at start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, overload
+
+import yaml
+
+from gpuwait.core.errors import ConfigError
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: Any) -> float:
+    """'100ms', '1m30s', '2.5s', or a plain number of seconds (a YAML number or '0.5') ->
+    seconds (float, > 0)."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a duration: {text!r}")
+    if isinstance(text, str):
+        try:
+            text = float(text.strip())
+        except ValueError:
+            pass
+    if isinstance(text, (int, float)):
+        seconds = float(text)
+        if seconds != seconds or seconds == float("inf"):
+            raise ValueError(f"not a duration: {text!r}")
+    else:
+        s = str(text).strip()
+        pos, seconds = 0, 0.0
+        for m in _DURATION.finditer(s):
+            if m.start() != pos:
+                break
+            seconds += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+            pos = m.end()
+        if pos != len(s) or not s:
+            raise ValueError(f"not a duration (use e.g. 100ms, 5s, 1m): {text!r}")
+    if seconds <= 0:
+        raise ValueError(f"duration must be positive: {text!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """The inverse of parse_duration for help texts: 0.1 -> '100ms', 300 -> '5m'."""
+    for unit, size in (("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001)):
+        count = seconds / size
+        if count >= 1 and abs(count - round(count)) < 1e-9:
+            return f"{round(count)}{unit}"
+    return f"{seconds:g}s"
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    s = str(value).strip().lower()
+    if s in ("true", "yes", "1", "on"):
+        return True
+    if s in ("false", "no", "0", "off"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def parse_regex(value: Any) -> re.Pattern[str]:
+    try:
+        return re.compile(str(value))
+    except re.error as e:
+        raise ValueError(f"bad regular expression {value!r}: {e}") from None
+
+
+def parse_fraction(value: Any) -> float:
+    f = float(value)
+    if not 0.0 <= f <= 1.0:
+        raise ValueError(f"must be between 0 and 1: {value!r}")
+    return f
+
+
+def parse_speed(value: Any) -> float:
+    f = float(value)
+    if not f >= 0 or f == float("inf"):
+        raise ValueError(f"must be a finite number >= 0: {value!r}")
+    return f
+
+
+def parse_positive_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"not a number: {value!r}")
+    n = int(value)
+    if n < 1:
+        raise ValueError(f"must be at least 1: {value!r}")
+    return n
+
+
+_SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|kB|KB|MB|GB)?")
+_SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "kB": 1000, "KB": 1000,
+               "MB": 1000 ** 2, "GB": 1000 ** 3}
+
+
+def parse_size(value: Any) -> int:
+    """'4MiB', '512KiB', '8MB' or a plain number of bytes (IEC units are powers of 1024,
+    SI units powers of 1000) -> bytes."""
+    match = _SIZE.fullmatch(str(value).strip()) if not isinstance(value, bool) else None
+    if match is None:
+        raise ValueError(f"not a size (use e.g. 4MiB, 512KiB or a number of bytes): {value!r}")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+
+
+def parse_positive(value: Any) -> float:
+    f = float(value)
+    if not f > 0 or f == float("inf"):
+        raise ValueError(f"must be a finite number > 0: {value!r}")
+    return f
+
+
+def parse_level(value: Any) -> str:
+    s = str(value).lower()
+    if s not in ("debug", "info", "warn", "error"):
+        raise ValueError(f"log level must be debug, info, warn or error: {value!r}")
+    return s
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Option(Generic[T]):
+    name: str  # the flag without dashes, and the config key
+    parse: Callable[[Any], T]
+    default: T
+    help: str
+    metavar: str = ""
+    #: Extra flag spellings, e.g. the short "--replay" for "--replay.file".
+    aliases: tuple[str, ...] = ()
+
+
+WEB_LISTEN_ADDRESS = Option("web.listen-address", str, ":9975", "Address to serve metrics on.", "ADDR")
+WEB_TELEMETRY_PATH = Option("web.telemetry-path", str, "/metrics", "Path under which metrics are served.", "PATH")
+PATH_PROCFS = Option("path.procfs", str, "/proc", "procfs mount point (the host's /proc in a container).", "PATH")
+PATH_SYSFS = Option("path.sysfs", str, "/sys", "sysfs mount point (the host's /sys in a container).", "PATH")
+SAMPLE_INTERVAL = Option("sample.interval", parse_duration, 0.1, "Interval of the fast sampling tier (GPU utilization, CPU, PSI, disks, NICs, RDMA traffic).", "DURATION")
+SLOW_INTERVAL = Option("sample.slow-interval", parse_duration, 5.0, "Interval of the slow tier (RDMA port details and error counters, NFS mount statistics).", "DURATION")
+ANALYSIS_WINDOW = Option("analysis.window", parse_duration, 60.0, "Length of the window the exporter analyses its samples over.", "DURATION")
+ANALYSIS_INTERVAL = Option("analysis.interval", parse_duration, 1.0, "How often window statistics are recomputed (not per scrape).", "DURATION")
+LOG_LEVEL = Option("log.level", parse_level, "info", "Only log messages with this severity or above: debug, info, warn, error.", "LEVEL")
+RECORD_FILE = Option("record.file", str, "", "Record every Reading the sampler takes to this trace file (.gz compresses); see docs/trace-format.md.", "FILE")
+REPLAY_FILE = Option("replay.file", str, "", "Replay a recorded trace through the analysis and exposition instead of sampling this host.", "FILE", aliases=("replay",))
+REPLAY_SPEED = Option("replay.speed", parse_speed, 1.0, "Replay speed factor; 0 replays as fast as possible.", "FACTOR")
+SIMULATE_SCENARIO = Option("simulate.scenario", str, "", "Serve a simulated node running this scenario instead of sampling this host (see docs/verdicts.md for the list).", "SCENARIO", aliases=("simulate",))
+SIMULATE_PARAMS = Option("simulate.params", str, "", "Scenario parameters, e.g. period=2,duty=0.4,target_gpu=5,gpus=8,cores=32,noise=0.03,seed=1.", "KEY=VALUE,...")
+WEB_CONFIG_FILE = Option(
+    "web.config.file", str, "",
+    "Path to a web configuration file (Prometheus exporter-toolkit format) enabling TLS, client certificates and basic authentication.",
+    "FILE",
+)
+WEB_MAX_CONNECTIONS = Option(
+    "web.max-connections", parse_positive_int, 64,
+    "Most HTTP connections served at once; beyond it, connections still sending their request are cut first, then new ones wait briefly or are closed.",
+    "N",
+)
+
+#: The exporter's own options, before those of the collectors.
+EXPORTER_OPTIONS: tuple[Option, ...] = (
+    WEB_LISTEN_ADDRESS, WEB_TELEMETRY_PATH, PATH_PROCFS, PATH_SYSFS, SAMPLE_INTERVAL, SLOW_INTERVAL,
+    ANALYSIS_WINDOW, ANALYSIS_INTERVAL, LOG_LEVEL, RECORD_FILE, REPLAY_FILE, REPLAY_SPEED,
+    SIMULATE_SCENARIO, SIMULATE_PARAMS, WEB_CONFIG_FILE, WEB_MAX_CONNECTIONS,
+)
+#: The key under which Settings keeps the --config.file given (not an option of the file).
+CONFIG_FILE = "config.file"
+
+
+def collector_toggle(name: str, default: bool) -> Option[bool]:
+    """The ``collector.<name>`` option: --collector.<name> / --no-collector.<name>."""
+    return Option(f"collector.{name}", parse_bool, default, f"Enable the {name} collector.")
+
+
+@dataclass(frozen=True)
+class OptionTable:
+    """Every option the exporter knows: its own and its collectors', and a toggle per
+    collector. Built once at start; a name declared twice fails there."""
+
+    options: tuple[Option, ...]
+    #: collector name -> enabled by default
+    collectors: Mapping[str, bool]
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for option in (*self.options, *self._toggles()):
+            if option.name in seen or option.name == CONFIG_FILE:
+                raise ValueError(f"option {option.name} declared twice")
+            seen.add(option.name)
+
+    def _toggles(self) -> list[Option]:
+        return [collector_toggle(name, default) for name, default in self.collectors.items()]
+
+    def all(self) -> dict[str, Option]:
+        opts = {o.name: o for o in self.options}
+        for toggle in self._toggles():
+            opts[toggle.name] = toggle
+        return opts
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved configuration: every option by name, parsed. Read a value through its
+    Option (``settings[SAMPLE_INTERVAL]``); an Option missing from ``values`` (settings
+    built by hand) reads as its default. A string names an option for code that handles
+    options generically (reload, tests); an unknown name is a KeyError that says so."""
+
+    values: Mapping[str, Any]
+
+    @overload
+    def __getitem__(self, key: Option[T]) -> T: ...
+
+    @overload
+    def __getitem__(self, key: str) -> Any: ...
+
+    def __getitem__(self, key):
+        if isinstance(key, Option):
+            return self.values.get(key.name, key.default)
+        try:
+            return self.values[key]
+        except KeyError:
+            raise KeyError(f"no option named {key!r}") from None
+
+    def collector_enabled(self, name: str) -> bool:
+        return bool(self.values.get(f"collector.{name}", False))
+
+    @property
+    def sample_interval(self) -> float:
+        return self[SAMPLE_INTERVAL]
+
+    @property
+    def slow_interval(self) -> float:
+        return self[SLOW_INTERVAL]
+
+    @property
+    def analysis_window(self) -> float:
+        return self[ANALYSIS_WINDOW]
+
+
+def _flatten(tree: Mapping, prefix: str, path: str) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{path}: key {key!r} is not a string")
+        full = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, full, path))
+        else:
+            flat[full] = value
+    return flat
+
+
+def load_config_file(path: str, table: OptionTable) -> dict[str, Any]:
+    """Parse a config file into {option name: parsed value}; ConfigError names file and key."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config file: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        line = f" line {where.line + 1}" if where is not None else ""
+        raise ConfigError(f"{path}:{line} not valid YAML: {getattr(e, 'problem', e)}") from None
+    if tree is None:
+        return {}
+    if not isinstance(tree, Mapping):
+        raise ConfigError(f"{path}: top level must be a mapping of option names to values")
+    options = table.all()
+    parsed: dict[str, Any] = {}
+    for key, value in _flatten(tree, "", path).items():
+        option = options.get(key)
+        if option is None or key == CONFIG_FILE:
+            raise ConfigError(f"{path}: unknown key {key!r}")
+        try:
+            parsed[key] = option.parse(value)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{path}: key {key!r}: {e}") from None
+    return parsed
+
+
+_METAVARS = {parse_duration: "DURATION", parse_fraction: "RATIO", parse_bool: "BOOL", parse_regex: "REGEX"}
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one clear line, exit status 2
+        raise ConfigError(message)
+
+
+def build_parser(table: OptionTable, prog: str = "gpuwait-exporter") -> argparse.ArgumentParser:
+    parser = _ArgumentParser(
+        prog=prog,
+        description="Prometheus exporter that tells what each GPU is waiting for.",
+        allow_abbrev=False,
+    )
+    parser.add_argument(f"--{CONFIG_FILE}", dest=CONFIG_FILE, metavar="FILE", help="YAML file setting any of these options; flags override it.")
+    parser.add_argument("--version", action="store_true", help="Print the version and exit.")
+    for option in table.options:
+        default = option.default
+        if isinstance(default, re.Pattern):
+            default = default.pattern
+        elif option.parse is parse_duration:
+            default = format_duration(default)
+        parser.add_argument(
+            f"--{option.name}", *(f"--{alias}" for alias in option.aliases), dest=option.name,
+            metavar=option.metavar or _METAVARS.get(option.parse, "VALUE"),
+            default=None, help=f"{option.help} (default: {default})".replace("%", "%%"),
+        )
+    for name, default in sorted(table.collectors.items()):
+        group = parser.add_mutually_exclusive_group()
+        group.add_argument(f"--collector.{name}", dest=f"collector.{name}", action="store_const", const=True, default=None,
+                           help=f"Enable the {name} collector (default: {'enabled' if default else 'disabled'}).")
+        group.add_argument(f"--no-collector.{name}", dest=f"collector.{name}", action="store_const", const=False, default=None,
+                           help=argparse.SUPPRESS)
+    return parser
+
+
+def resolve(argv: Sequence[str] | None, table: OptionTable) -> tuple[Settings, argparse.Namespace]:
+    """Defaults, then the config file, then flags. Raises ConfigError with one clear line."""
+    parser = build_parser(table)
+    args = parser.parse_args(argv)
+    options = table.all()
+    values = {name: option.default for name, option in options.items()}
+    config_path = getattr(args, CONFIG_FILE)
+    if config_path:
+        values.update(load_config_file(config_path, table))
+    for name, option in options.items():
+        given = getattr(args, name, None)
+        if given is None:
+            continue
+        try:
+            values[name] = given if isinstance(given, bool) else option.parse(given)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"flag --{name}: {e}") from None
+    values[CONFIG_FILE] = config_path
+    settings = Settings(values)
+    _check_consistency(settings)
+    return settings, args
+
+
+def _check_consistency(settings: Settings) -> None:
+    if settings.analysis_window < 2 * settings.sample_interval:
+        raise ConfigError("analysis.window must hold at least two samples of sample.interval")
+    if settings.slow_interval < settings.sample_interval:
+        raise ConfigError("sample.slow-interval must not be shorter than sample.interval")
+    if settings[RECORD_FILE] and settings[REPLAY_FILE]:
+        raise ConfigError("record.file and replay.file cannot be used together")
+    if settings[SIMULATE_SCENARIO] and settings[REPLAY_FILE]:
+        raise ConfigError("simulate.scenario and replay.file cannot be used together")
+    path = settings[WEB_TELEMETRY_PATH]
+    if not path.startswith("/") or path in ("/", "/-/healthy", "/-/ready"):
+        raise ConfigError(f"web.telemetry-path must be an absolute path other than /, /-/healthy, /-/ready: {path!r}")

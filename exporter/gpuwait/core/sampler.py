@@ -1,0 +1,283 @@
+"""The sampler: one worker thread per source, each on its own schedule, feeding bounded
+window rings; and an analysis thread that summarises the rings on a schedule.
+
+A thread per source is what keeps one slow or hung file (an NFS mount, a GPU in a bad state)
+from delaying every other signal. The scrape path only reads references that the workers
+swap in whole, so it never waits for a read.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuwait.core.config import ANALYSIS_INTERVAL, Settings
+from gpuwait.core.errors import NoData, SourceError
+from gpuwait.core.plugin import AnalysisInputs, CollectorSpec, Snapshot, SourceSpec
+from gpuwait.core.reading import Reading
+from gpuwait.core.ring import ColumnRing, WindowView
+from gpuwait.core.source import Source
+
+log = logging.getLogger("gpuwait.sampler")
+
+#: Bound on remembered partial-failure causes, so a host whose device names churn cannot
+#: grow the set without limit (the price is an occasional repeated log line).
+MAX_REMEMBERED_CAUSES = 1000
+
+
+@dataclass
+class SourceState:
+    """Everything the exposition needs to know about one source, updated by its worker."""
+
+    spec: SourceSpec
+    source: Source
+    interval: float
+    ring: ColumnRing | None
+    latest: Reading | None = None
+    stats: Any = None
+    up: bool = False
+    #: The source's last read found nothing to report (an absent kernel feature, NoData).
+    no_data: bool = False
+    reads: int = 0
+    read_seconds: float = 0.0
+    errors: int = 0
+    overruns: int = 0
+    window_samples: int = 0
+    mean_read_seconds: float = math.nan
+    max_lag_seconds: float = math.nan
+    #: (monotonic time, read duration, lag) of recent reads, for the window self-stats.
+    timings: list[tuple[float, float, float]] = field(default_factory=list)
+    #: Causes of the current whole-source failure (empty while the source is up).
+    active_causes: set[str] = field(default_factory=set)
+    #: Partial causes already logged.
+    logged_partial: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.latest, self.stats)
+
+
+class Sampler:
+    def __init__(
+        self, collectors: list[CollectorSpec], settings: Settings,
+        make_source: Callable[[SourceSpec, Settings], Source] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.collectors = collectors
+        self.states: dict[str, SourceState] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.analysis_seconds = math.nan
+        self.analysis_runs = 0
+        #: Results of the collectors' cross-source analyses, by collector name, and when each ran.
+        self.analyses: dict[str, Any] = {}
+        self._analysed_at: dict[str, float] = {}
+        #: Called with every Reading taken (e.g. a trace recorder); must be quick.
+        self.observers: list[Callable[[Reading], None]] = []
+        window = settings.analysis_window
+        for collector in collectors:
+            for spec in collector.sources:
+                source = make_source(spec, settings) if make_source else spec.factory(settings)
+                tier = spec.tier or source.tier
+                if spec.interval_option is not None:
+                    interval = settings[spec.interval_option]
+                else:
+                    interval = settings.slow_interval if tier == "slow" else settings.sample_interval
+                capacity = max(2, int(math.ceil(window / interval)) + 1)
+                ring = ColumnRing(capacity) if (spec.columns or spec.rows) else None
+                self.states[spec.name] = SourceState(spec, source, interval, ring)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        for state in self.states.values():
+            t = threading.Thread(target=self._run_source, args=(state,), name=f"sample-{state.spec.name}", daemon=True)
+            self._threads.append(t)
+        self._threads.append(threading.Thread(target=self._run_analysis, name="analysis", daemon=True))
+        for t in self._threads:
+            t.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        for state in self.states.values():
+            try:
+                state.source.close()
+            except Exception:  # closing must never stop the shutdown of the others
+                log.debug("closing source %s failed", state.spec.name, exc_info=True)
+
+    def alive(self) -> bool:
+        return bool(self._threads) and all(t.is_alive() for t in self._threads)
+
+    def ready(self) -> bool:
+        """Every source has been tried at least once."""
+        return all(s.reads > 0 for s in self.states.values())
+
+    # -- one source ------------------------------------------------------------------------
+    def _run_source(self, state: SourceState) -> None:
+        interval = state.interval
+        next_due = time.monotonic()
+        while not self._stop.is_set():
+            started = time.monotonic()
+            lag = max(0.0, started - next_due)
+            self.sample_once(state, lag)
+            next_due += interval
+            now = time.monotonic()
+            if now > next_due:
+                # The read outlasted its slot: skip the missed slots rather than run back to back.
+                missed = int((now - next_due) // interval) + 1
+                state.overruns += missed
+                next_due += missed * interval
+            self._stop.wait(max(0.0, next_due - time.monotonic()))
+
+    def sample_once(self, state: SourceState, lag: float = 0.0) -> None:
+        """Read one source once and fold the result into its state (also used by tests)."""
+        started = time.monotonic()
+        details: dict[str, str] = {}
+        reading: Reading | None = None
+        no_data: NoData | None = None
+        try:
+            reading = state.source.read()
+        except NoData as e:
+            no_data = e
+        except SourceError as e:
+            details[e.cause] = e.detail
+        except Exception as e:  # a bug in a source must cost that source only
+            cause = f"internal:{type(e).__name__}"
+            details[cause] = str(e)
+            if cause not in state.active_causes:
+                log.error("source %s failed unexpectedly", state.spec.name, exc_info=True)
+        duration = time.monotonic() - started
+        self.ingest(state, reading, details, started, duration, lag, no_data)
+
+    def ingest(
+        self, state: SourceState, reading: Reading | None, details: dict[str, str] | None = None,
+        started: float | None = None, duration: float = 0.0, lag: float = 0.0, no_data: NoData | None = None,
+    ) -> None:
+        """Fold one read's outcome into the source's state: the path shared by live sampling
+        and by replay, so a replayed trace is analysed exactly like the live run was.
+
+        ``no_data`` is a read that worked and found nothing to report: the source is up, no
+        error is counted, and the series of its last reading go (the feature is gone)."""
+        details = dict(details or {})
+        if reading is not None:
+            for cause in reading.errors:
+                details.setdefault(cause, "part of the source could not be read; its series are left out")
+        rows: list[tuple[float, Mapping[Hashable, float]]] = []
+        if reading is not None:
+            try:
+                if state.spec.rows is not None:
+                    rows = [row for row in state.spec.rows(reading) if row[1]]
+                elif state.spec.columns is not None:
+                    rows = [(reading.t, state.spec.columns(reading.data))]
+            except Exception as e:
+                details["internal:columns"] = str(e)
+        with state.lock:
+            state.reads += 1
+            state.read_seconds += duration
+            state.errors += len(details)
+            when = started if started is not None else (reading.t if reading is not None else time.monotonic())
+            state.timings.append((when, duration, lag))
+            if reading is not None:
+                state.latest = reading
+                if state.ring is not None:
+                    for t, values in rows:
+                        state.ring.append(t, values)
+            elif no_data is not None:
+                state.latest = None
+            had_no_data, state.no_data = state.no_data, no_data is not None
+            state.up = reading is not None or no_data is not None
+        if reading is not None:
+            for observe in self.observers:
+                try:
+                    observe(reading)
+                except Exception:
+                    log.error("reading observer failed", exc_info=True)
+        self._log_causes(state, state.up, details)
+        if no_data is not None and not had_no_data:
+            log.info("source %s has no data: %s%s; it is read again every %gs, so the feature is picked up when it appears",
+                     state.spec.name, no_data.cause, f" ({no_data.detail})" if no_data.detail else "", state.interval)
+        elif had_no_data and reading is not None:
+            log.info("source %s has data again", state.spec.name)
+
+    def _log_causes(self, state: SourceState, up: bool, details: dict[str, str]) -> None:
+        """Log each cause once, not once per sample. A whole-source failure is logged when it
+        starts and when the source recovers; a part that is missing (a counter a driver does
+        not provide, one malformed device line) is logged the first time it is seen, since
+        most such causes are permanent properties of the host."""
+        if not up:
+            for cause, detail in details.items():
+                if cause not in state.active_causes:
+                    log.warning("source %s: %s%s", state.spec.name, cause, f" ({detail})" if detail else "")
+            state.active_causes = set(details)
+            return
+        if state.active_causes:
+            log.info("source %s recovered from %s", state.spec.name, ", ".join(sorted(state.active_causes)))
+            state.active_causes = set()
+        for cause, detail in details.items():
+            if cause in state.logged_partial:
+                continue
+            if len(state.logged_partial) >= MAX_REMEMBERED_CAUSES:
+                state.logged_partial.clear()
+            state.logged_partial.add(cause)
+            log.warning("source %s: %s%s", state.spec.name, cause, f" ({detail})" if detail else "")
+
+    # -- analysis --------------------------------------------------------------------------
+    def _run_analysis(self) -> None:
+        interval = self.settings[ANALYSIS_INTERVAL]
+        while not self._stop.wait(interval):
+            self.analyse_once()
+
+    def analyse_once(self, now: float | None = None) -> None:
+        """Summarise every window. ``now`` is the time the window ends at: the monotonic clock
+        when live, the trace's clock during a replay."""
+        started = time.monotonic()
+        end = started if now is None else now
+        horizon = end - self.settings.analysis_window
+        views: dict[str, WindowView] = {}
+        for state in self.states.values():
+            with state.lock:
+                view = state.ring.view(since=horizon) if state.ring is not None else None
+                state.timings = [t for t in state.timings if t[0] >= horizon]
+                timings = list(state.timings)
+            if timings:
+                state.mean_read_seconds = math.fsum(t[1] for t in timings) / len(timings)
+                state.max_lag_seconds = max(t[2] for t in timings)
+            state.window_samples = len(view) if view is not None else len(timings)
+            if view is not None:
+                views[state.spec.name] = view
+            if view is not None and state.spec.summarize is not None:
+                try:
+                    state.stats = state.spec.summarize(view, self.settings)
+                except Exception:
+                    log.error("window analysis of %s failed", state.spec.name, exc_info=True)
+                    state.stats = None
+                    with state.lock:
+                        state.errors += 1
+        inputs = AnalysisInputs(
+            views=views,
+            stats={name: state.stats for name, state in self.states.items() if state.stats is not None},
+            latest={name: state.latest for name, state in self.states.items() if state.latest is not None},
+            end=end,
+        )
+        for collector in self.collectors:
+            if collector.analyse is None:
+                continue
+            if collector.analyse_every is not None and collector.name in self._analysed_at:
+                # A small tolerance keeps a schedule of whole analysis passes from slipping by one.
+                if end - self._analysed_at[collector.name] < self.settings[collector.analyse_every] - 1e-6:
+                    continue
+            self._analysed_at[collector.name] = end
+            try:
+                self.analyses[collector.name] = collector.analyse(inputs, self.settings)
+            except Exception:
+                log.error("analysis of %s failed", collector.name, exc_info=True)
+                self.analyses.pop(collector.name, None)
+        self.analysis_seconds = time.monotonic() - started
+        self.analysis_runs += 1

@@ -1,0 +1,138 @@
+"""Pure statistics over window columns (lists of floats, NaN for missing).
+
+Counters are turned into per-interval increases with resets skipped: a value that goes
+backwards means the device was re-plugged or the counter reset, and publishing the negative
+difference would invent a rate. Where a counter's width is known (``modulus``) a decrease
+from the upper half of its range is taken as a wrap instead.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from itertools import islice
+
+
+def increase(prev: float, cur: float, modulus: float | None = None) -> float | None:
+    """The counter's increase between two reads, or None for a reset."""
+    if cur >= prev:
+        return cur - prev
+    if modulus is not None and prev >= modulus / 2 and cur < modulus / 2:
+        return cur + modulus - prev
+    return None
+
+
+def interval_rates(
+    times: Sequence[float], values: Sequence[float], modulus: float | None = None
+) -> list[float]:
+    """Per-second rate over each pair of consecutive valid samples, resets skipped."""
+    # ``increase`` inlined: this runs over every column of every window each analysis pass.
+    rates = []
+    append = rates.append
+    half = modulus / 2 if modulus is not None else None
+    prev_t = prev_v = None
+    for t, v in zip(times, values):
+        if v != v:
+            continue
+        if prev_v is not None and t > prev_t:
+            if v >= prev_v:
+                append((v - prev_v) / (t - prev_t))
+            elif half is not None and prev_v >= half and v < half:
+                append((v + modulus - prev_v) / (t - prev_t))
+        prev_t, prev_v = t, v
+    return rates
+
+
+def total_increase(
+    times: Sequence[float], values: Sequence[float], modulus: float | None = None
+) -> tuple[float, float] | None:
+    """(increase, seconds covered) summed over valid intervals, or None if there are none."""
+    if len(values) >= 2 and steady(times, values):
+        # No gap, reset or wrap: the sum of the increases telescopes to last minus first
+        # (exactly, where the running sum would round at every step).
+        return values[-1] - values[0], times[-1] - times[0]
+    inc_sum = 0.0
+    span = 0.0
+    half = modulus / 2 if modulus is not None else None
+    prev_t = prev_v = None
+    for t, v in zip(times, values):
+        if v != v:
+            continue
+        if prev_v is not None and t > prev_t:
+            if v >= prev_v:
+                inc_sum += v - prev_v
+                span += t - prev_t
+            elif half is not None and prev_v >= half and v < half:
+                inc_sum += v + modulus - prev_v
+                span += t - prev_t
+        prev_t, prev_v = t, v
+    return (inc_sum, span) if span > 0 else None
+
+
+def steady(times: Sequence[float], values: Sequence[float]) -> bool:
+    """Every value of a counter read (no NaN) and none going back, times strictly increasing: the usual
+    window of a counter, checked at C speed (a NaN fails every comparison)."""
+    return (len(times) == len(values) and all(map(operator.le, values, islice(values, 1, None)))
+            and all(map(operator.lt, times, islice(times, 1, None))))
+
+
+def window_rate(
+    times: Sequence[float], values: Sequence[float], modulus: float | None = None
+) -> float | None:
+    """Mean per-second increase over the window, or None with fewer than two samples."""
+    covered = total_increase(times, values, modulus)
+    return covered[0] / covered[1] if covered else None
+
+
+def clamp_ratio(value: float | None) -> float | None:
+    """A fraction of time measured between two reads, kept in 0..1.
+
+    A sample's time is taken before its files are read, so the kernel's interval between two
+    reads can be a little longer than the measured one and the quotient come out just above
+    1, which no fraction of time can be.
+    """
+    return None if value is None else min(1.0, max(0.0, value))
+
+
+def valid(values: Sequence[float]) -> list[float]:
+    return [v for v in values if v == v]  # NaN is the only float unequal to itself
+
+
+def mean(values: Sequence[float]) -> float | None:
+    vals = valid(values)
+    return math.fsum(vals) / len(vals) if vals else None
+
+
+def maximum(values: Sequence[float]) -> float | None:
+    vals = valid(values)
+    return max(vals) if vals else None
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated quantile (q in 0..1) of the valid values."""
+    vals = sorted(valid(values))
+    if not vals:
+        return None
+    pos = q * (len(vals) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(vals) - 1)
+    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+
+
+def burstiness(rates: Sequence[float]) -> float | None:
+    """Coefficient of variation of per-interval rates: ~0 for steady traffic, >1 for bursts."""
+    vals = valid(rates)
+    if len(vals) < 2:
+        return None
+    avg = math.fsum(vals) / len(vals)
+    if avg <= 0:
+        return 0.0
+    var = math.fsum((v - avg) ** 2 for v in vals) / len(vals)
+    return math.sqrt(var) / avg
+
+
+def added(*columns: Sequence[float]) -> list[float]:
+    """Sample by sample sum of aligned columns (a link's two directions); NaN wherever any
+    of them is NaN, since a sum with a part missing is not the total."""
+    return [sum(values) for values in zip(*columns)]

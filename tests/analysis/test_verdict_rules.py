@@ -1,0 +1,179 @@
+"""The verdict's rules one at a time, each on both sides of its line: the GPU activity
+(fractional idle, end-stamped samples, a resident collective's footprint and its
+look-alikes), sync and network evidence, the CPU quota sign, owner scope and hysteresis."""
+
+import math
+
+import pytest
+
+from gpuwait.analysis.activity import GpuActivity, centred, gpu_activity
+from gpuwait.analysis.attribution import DIRECT, HOST, INFERRED
+from gpuwait.analysis.evidence.data_pipeline import DataPipeline
+from gpuwait.analysis.evidence.network import _in_waits
+from gpuwait.analysis.evidence.sync import sync
+from gpuwait.analysis.timeseries import Grid
+from gpuwait.analysis.verdict import Hysteresis, _Owned, _raised
+from gpuwait.analysis.attribution import Attribution
+from gpuwait.core.facts import CAUSES
+from gpuwait.core.plugin import AnalysisInputs
+from gpuwait.core.registry import registry, resolve
+from gpuwait.core.ring import Column, WindowView
+
+GPU = ("0", "GPU-0")
+NAN = math.nan
+
+
+@pytest.fixture(scope="module")
+def settings():
+    registry()
+    return resolve([])[0]
+
+
+def view_of(times, **signals):
+    return WindowView(list(times), {(signal, *GPU): list(values) for signal, values in signals.items()})
+
+
+def test_an_instant_takes_the_sample_stamped_after_it():
+    # Samples every 0.2 s stamped at the end of their period; the grid every 0.1 s.
+    column = Column([0.2, 0.4, 0.6, 0.8], [1.0, 0.0, 0.5, 1.0])
+    grid = Grid([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], 0.1)
+    assert centred(grid, column) == [1.0, 1.0, 0.0, 0.0, 0.5, 0.5, 1.0]
+
+
+def test_idle_is_one_minus_utilization(settings):
+    times = [i * 0.1 for i in range(50)]
+    view = view_of(times, util=[0.5] * 50)
+    act = gpu_activity(view, Grid(times, 0.1), GPU, settings)
+    assert act.signal == "utilization"
+    assert all(x == pytest.approx(0.5) for x in act.idle[:-2])
+    assert not any(act.footprint)
+
+
+def _gpm(settings, sm, dram, util=None):
+    n = len(sm)
+    times = [i * 0.1 for i in range(n)]
+    view = view_of(times, util=util or [1.0] * n, sm=sm, dram=dram)
+    return gpu_activity(view, Grid(times, 0.1), GPU, settings)
+
+
+def test_a_resident_collective_is_a_footprint_candidate(settings):
+    # Compute at SM 0.82 with DRAM 0.5; the collective at SM 0.15 with DRAM resting.
+    sm = [0.82] * 30 + [0.15] * 20
+    dram = [0.5] * 30 + [0.02] * 20
+    act = _gpm(settings, sm, dram)
+    assert act.signal == "sm_active"
+    assert all(f == 0.0 for f in act.footprint[:30])
+    assert all(f == pytest.approx(1 - 0.15 / 0.82) for f in act.footprint[30:])
+    assert all(x == 0.0 for x in act.idle)  # utilization 100 %: no kernel-free time
+
+
+def test_memory_bound_compute_is_not_a_footprint(settings):
+    # A phase of low SM activity that streams memory is compute, not a collective.
+    sm = [0.82] * 30 + [0.3] * 20
+    dram = [0.3] * 30 + [0.9] * 20
+    assert not any(_gpm(settings, sm, dram).footprint)
+
+
+def test_a_gpu_that_never_computes_wide_has_no_footprint(settings):
+    # Tiny kernels throughout (no working level to fall from): idle by the SM floor instead.
+    act = _gpm(settings, [0.02] * 50, [0.01] * 50)
+    assert not any(act.footprint)
+    assert all(x == 1.0 for x in act.idle)
+
+
+def activity(idle, footprint, signal="sm_active"):
+    return GpuActivity(signal, [1 - x for x in idle], list(idle), list(footprint), 0.8)
+
+
+def test_sync_needs_a_resident_wait_and_a_peer_not_arrived():
+    me, peer = ("0", "a"), ("1", "b")
+    owner_of = {me: "job", peer: "job"}
+    waiting = activity([0.0, 0.0, 1.0, 0.0], [0.8, 0.8, 0.0, 0.8])
+    computing_then_idle = activity([0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.8])
+    got = sync(me, "job", {me: waiting, peer: computing_then_idle}, owner_of)
+    # peer computing -> direct; peer kernel-free -> inferred; this GPU kernel-free -> nothing
+    # (with NCCL a GPU at the barrier is never kernel-free); both resident -> nothing.
+    assert got == [DIRECT, INFERRED, 0.0, 0.0]
+    assert sync(me, "", {me: waiting, peer: computing_then_idle}, owner_of) == [0.0] * 4
+    other = {me: "job", peer: "other-job"}
+    assert sync(me, "job", {me: waiting, peer: computing_then_idle}, other) == [0.0] * 4
+
+
+def test_bursts_in_the_waits_align_and_bursts_at_random_do_not():
+    waiting = [1.0, 1.0, 0.0, 0.0, 0.0] * 20
+    in_waits = [True, True, False, False, False] * 20
+    assert _in_waits(in_waits, waiting, 0.8)
+    on_its_own_rhythm = [True, False, False] * 33 + [True]
+    assert not _in_waits(on_its_own_rhythm, waiting, 0.8)
+    # A GPU that always waits: every link's bursts fall in the waits; that tells nothing.
+    assert not _in_waits(in_waits, [1.0] * 100, 0.8)
+
+
+def pipeline(settings, n):
+    inputs = AnalysisInputs(views={}, stats={}, latest={}, end=0.0)
+    return DataPipeline(inputs, Grid([float(i) for i in range(n)], 1.0), settings, 3.0)
+
+
+def test_runnable_threads_beyond_the_cpu_received_are_a_refused_cpu(settings):
+    p = pipeline(settings, 10)
+    # A pod held at 6 CPUs with 24 decode threads always runnable.
+    assert p.refused([6.0] * 10, [24.0] * 10) == [DIRECT] * 10
+    # A server whose snapshot sometimes catches a few threads runnable at 0.45 cores.
+    assert p.refused([0.45] * 10, [0, 0, 3, 0, 1, 0, 0, 2, 0, 0]) == [0.0] * 10
+    # Sixteen saturated workers get the sixteen cores they ask for.
+    assert p.refused([16.0] * 10, [17.0] * 10) == [0.0] * 10
+
+
+def test_a_saturated_core_counts_for_an_owner_that_uses_cpu(settings):
+    p = pipeline(settings, 3)
+    p.saturated = [2.0, 2.0, 0.0]
+    assert p.evidence([3.0, 0.1, 3.0]) == [INFERRED, 0.0, 0.0]
+    assert p.evidence(None) == [HOST, HOST, 0.0]
+
+
+def test_io_evidence_is_the_owners_only_when_its_threads_wait_on_io():
+    host = [True, False, True]
+    assert _Owned(True, None, [], [True] * 3).scoped(host) == [DIRECT, 0.0, DIRECT]
+    assert _Owned(True, None, [], [False] * 3).scoped(host) == [0.0, 0.0, 0.0]
+    assert _Owned(False, None, [], [False] * 3).scoped(host) == [HOST, 0.0, HOST]
+    # Writeback is done by the kernel's flusher threads: a quiet owner may still be saving.
+    assert _Owned(True, None, [], [False] * 3).writes(host) == [HOST, 0.0, HOST]
+
+
+def _attr(idle, **waits):
+    ratios = dict.fromkeys(CAUSES, 0.0)
+    ratios.update(waits)
+    return Attribution(100, idle, ratios, 0.0)
+
+
+def test_the_short_window_raises_a_dominant_new_wait_only():
+    quiet_then_storage = _attr(0.6, storage=0.55, insufficient_work=0.05)
+    assert _raised("none", quiet_then_storage, _rules()) == "storage"
+    mixed = _attr(0.6, storage=0.3, data_pipeline=0.3)
+    assert _raised("none", mixed, _rules()) == "none"
+    # Losing demand or work is not raised early: the long window decides those.
+    assert _raised("data_pipeline", _attr(0.9, insufficient_work=0.9), _rules()) == "data_pipeline"
+
+
+def _rules():
+    from gpuwait.analysis.attribution import VerdictRules
+    return VerdictRules()
+
+
+def test_hysteresis_publishes_a_change_two_passes_in_a_row():
+    h = Hysteresis()
+    h.restart_if_discontinuous(10.0, 2.0)
+    assert h.publish("g", "none", 10.0) == ("none", 0.0)
+    h.restart_if_discontinuous(12.0, 2.0)
+    assert h.publish("g", "storage", 12.0) == ("none", 2.0)
+    h.restart_if_discontinuous(14.0, 2.0)
+    assert h.publish("g", "none", 14.0) == ("none", 4.0)  # one pass of noise: nothing changes
+    h.restart_if_discontinuous(16.0, 2.0)
+    assert h.publish("g", "storage", 16.0) == ("none", 6.0)
+    h.restart_if_discontinuous(18.0, 2.0)
+    assert h.publish("g", "storage", 18.0) == ("storage", 0.0)
+    h.restart_if_discontinuous(20.0, 2.0)
+    assert h.publish("g", "storage", 20.0) == ("storage", 2.0)
+    # A pass that does not follow the last (a new replay) starts afresh.
+    h.restart_if_discontinuous(5.0, 2.0)
+    assert h.publish("g", "network", 5.0) == ("network", 0.0)

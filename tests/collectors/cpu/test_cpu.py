@@ -1,0 +1,158 @@
+"""The cpu collector: /proc/stat parsing, the source on the fixture host, window statistics
+and the samples it exposes."""
+
+from __future__ import annotations
+
+
+import pytest
+from hypothesis import given
+
+from conftest import HOST_TREE
+from fuzz import examples, only_parse_errors, texts
+from gpuwait.collectors import cpu
+from gpuwait.collectors.cpu import window
+from gpuwait.collectors.cpu.parse import CPU_MODES, parse_proc_stat
+from gpuwait.collectors.cpu.payload import CpuData
+from gpuwait.collectors.cpu.source import CpuSource
+from gpuwait.core.config import Settings
+from gpuwait.core.errors import ParseError, SourceError
+from gpuwait.core.plugin import Snapshot
+from gpuwait.core.reading import Reading
+from gpuwait.core.ring import ColumnRing
+from gpuwait.core.source import HostPaths
+from gpuwait.exposition.prometheus import FamilyBuilder
+
+FIXTURE_STAT = (HOST_TREE / "proc" / "stat").read_text()
+
+
+# -- parser ----------------------------------------------------------------------------------
+
+
+def test_parse_fixture_host():
+    stat = parse_proc_stat(FIXTURE_STAT)
+    assert sorted(stat.cpus) == ["0", "1", "2", "3", "cpu"]
+    assert stat.cpus["2"] == dict(zip(CPU_MODES, (2901233, 1544, 512339, 27640211, 301223, 0, 8821, 0, 0, 0)))
+    assert (stat.procs_running, stat.procs_blocked, stat.context_switches, stat.boot_time) == (3, 1, 1893422019, 1795950121)
+
+
+def test_parse_kernel_that_prints_four_columns():
+    # Kernels before 2.6 printed user nice system idle only; the later modes are simply absent.
+    stat = parse_proc_stat("cpu  10 0 5 100\ncpu0 10 0 5 100\n")
+    assert stat.cpus["0"] == {"user": 10, "nice": 0, "system": 5, "idle": 100}
+    assert stat.procs_running is None and stat.procs_blocked is None
+
+
+@pytest.mark.parametrize("text", [
+    "", "intr 1 2\n", "cpu  1 2 3\n", "cpuX 1 2 3 4\n", "cpu0 1 2 -3 4\n", "cpu0 1 2 x 4\n",
+    "cpu0 1 2 3 4\ncpu0 1 2 3 4\n", "cpu 1 2 3 4\nprocs_running\n", "cpu 1 2 3 4\nprocs_blocked two\n",
+])
+def test_parse_rejects(text):
+    with pytest.raises(ParseError):
+        parse_proc_stat(text)
+
+
+# -- source ----------------------------------------------------------------------------------
+
+
+def test_source_converts_ticks_to_seconds_and_drops_the_all_cpu_line():
+    reading = CpuSource(HostPaths(str(HOST_TREE / "proc"), str(HOST_TREE / "sys")), ticks_per_second=100).read()
+    assert reading.source == "cpu" and reading.errors == ()
+    data = reading.data
+    assert sorted(data.cores) == ["0", "1", "2", "3"]
+    assert data.cores["0"]["user"] == pytest.approx(18392.01)
+    assert data.cores["0"]["softirq"] == pytest.approx(183.21)
+    # guest time is inside user and nice already: it is not a mode of its own
+    assert "guest" not in data.cores["0"] and "guest_nice" not in data.cores["0"]
+    assert (data.procs_running, data.procs_blocked) == (3, 1)
+
+
+def test_source_missing_and_garbage_files_are_source_errors(tmp_path):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    source = CpuSource(HostPaths(str(proc), str(tmp_path / "sys")))
+    with pytest.raises(SourceError) as missing:
+        source.read()
+    assert missing.value.cause == f"missing:{proc}/stat"
+    (proc / "stat").write_text("garbage\n")
+    with pytest.raises(SourceError) as garbage:
+        source.read()
+    assert garbage.value.cause == f"parse:{proc}/stat"
+
+
+# -- window ----------------------------------------------------------------------------------
+
+
+def _ring(samples: list[CpuData], step: float = 0.1):
+    ring = ColumnRing(len(samples) + 1)
+    for i, data in enumerate(samples):
+        ring.append(i * step, window.columns(data))
+    return ring.view()
+
+
+def _core(busy: float, idle: float) -> dict[str, float]:
+    return {"user": busy, "idle": idle, "iowait": 0.0}
+
+
+def test_window_busy_ratio_saturated_cores_and_run_queue():
+    # core 0 fully busy, core 1 busy a quarter of the time, core 2 idle (iowait is not busy)
+    samples = [CpuData({"0": _core(0.1 * i, 0.0), "1": _core(0.025 * i, 0.075 * i), "2": {"user": 0.0, "iowait": 0.1 * i}},
+                       procs_running=2 + i % 2, procs_blocked=i % 3)
+               for i in range(5)]
+    stats = window.summarize(_ring(samples), Settings({}))
+    assert stats.busy_ratio == {"0": pytest.approx(1.0), "1": pytest.approx(0.25), "2": 0.0}
+    assert stats.saturated_cores == 1
+    assert stats.busy_max_ratio == pytest.approx(1.0)
+    assert stats.busy_mean_ratio == pytest.approx(1.25 / 3)
+    assert (stats.procs_running_mean, stats.procs_running_max) == (pytest.approx(2.4), 3.0)
+    assert (stats.procs_blocked_mean, stats.procs_blocked_max) == (pytest.approx(0.8), 2.0)
+
+
+def test_window_saturation_threshold_is_the_option():
+    samples = [CpuData({"0": _core(0.09 * i, 0.01 * i)}, None, None) for i in range(3)]
+    view = _ring(samples)
+    assert window.summarize(view, Settings({})).saturated_cores == 0  # 0.9 < 0.95 by default
+    lower = Settings({window.SATURATION_THRESHOLD.name: 0.9})
+    assert window.summarize(view, lower).saturated_cores == 1
+
+
+def test_window_with_one_sample_has_no_ratio():
+    stats = window.summarize(_ring([CpuData({"0": _core(1.0, 1.0)}, 1, 0)]), Settings({}))
+    assert stats.busy_ratio == {} and stats.saturated_cores is None and stats.busy_mean_ratio is None
+
+
+def test_saturated_cores_per_interval_for_the_verdict():
+    # core 0 saturated in the second interval only; core 1 never
+    samples = [CpuData({"0": _core(b, 0.1 * i - b), "1": _core(0.0, 0.1 * i)}, None, 0)
+               for i, b in enumerate((0.0, 0.0, 0.1, 0.1))]
+    counts = window.saturated_cores(_ring(samples), 0.9)
+    assert counts.times == pytest.approx([0.0, 0.1, 0.2])
+    assert counts.values == [0.0, 1.0, 0.0]
+
+
+# -- exposition ------------------------------------------------------------------------------
+
+
+def test_expose_maps_reading_and_window_to_the_catalog():
+    data = CpuSource(HostPaths(str(HOST_TREE / "proc"), "/sys"), ticks_per_second=100).read().data
+    view = _ring([data, data])
+    stats = window.summarize(view, Settings({}))
+    builder = FamilyBuilder()
+    builder.extend(cpu.COLLECTOR.expose({"cpu": Snapshot(Reading("cpu", 0.0, data), stats)}, Settings({})))
+    families = {f.name: f for f in builder.families()}
+    seconds = {(s.labels["cpu"], s.labels["mode"]): s.value for s in families["gpuwait_cpu_seconds"].samples}
+    assert seconds[("3", "system")] == pytest.approx(3770.01)
+    assert len(seconds) == 4 * 8
+    assert families["gpuwait_procs_blocked"].samples[0].value == 1.0
+    # No time passed between the two readings: there is no busy ratio to publish.
+    assert "gpuwait_cpu_window_busy_ratio" not in families
+    assert "gpuwait_cpu_window_saturated_cores" not in families
+    assert stats.busy_mean_ratio is None
+
+
+# -- the shared parser fuzz (tests/support/fuzz.py) ------------------------------------------
+
+
+@examples
+@given(texts("procstat"))
+def test_proc_stat(text):
+    only_parse_errors(parse_proc_stat, text)

@@ -1,0 +1,302 @@
+"""Flags, the configuration file and their errors, down to what the real process prints."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from gpuwait.core.registry import registry
+from gpuwait.core.config import parse_bool, parse_duration, parse_fraction, parse_level, parse_regex
+from gpuwait.core.registry import OPTIONS, load_config_file, resolve
+from gpuwait.core.errors import ConfigError
+from gpuwait.exposition.server import parse_listen_address
+from support import REPO
+
+
+def run_exporter(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwait", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO,
+    )
+
+
+# -- value parsers -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("100ms", 0.1), ("5s", 5.0), ("2.5s", 2.5), ("1m", 60.0), ("1m30s", 90.0), ("1h", 3600.0),
+     ("1h2m3s", 3723.0), (" 250ms ", 0.25), (5, 5.0), (0.5, 0.5)],
+)
+def test_duration_accepted(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "ms", "fast", "1x", "1s2", "s1", "-1s", "0s", "0ms", 0, -3, True, "1.s", "1 s"])
+def test_duration_rejected(text):
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize("text, value", [("true", True), ("Yes", True), ("1", True), ("on", True), (True, True),
+                                         ("false", False), ("NO", False), ("0", False), ("off", False), (False, False)])
+def test_bool(text, value):
+    assert parse_bool(text) is value
+
+
+@pytest.mark.parametrize("text", ["", "maybe", "2", "enabled"])
+def test_bool_rejected(text):
+    with pytest.raises(ValueError):
+        parse_bool(text)
+
+
+def test_regex():
+    assert parse_regex("^(sd|nvme)[a-z0-9]+$").match("nvme0n1")
+    with pytest.raises(ValueError, match="bad regular expression"):
+        parse_regex("(unclosed")
+
+
+def test_fraction_and_level():
+    assert parse_fraction("0.9") == 0.9
+    with pytest.raises(ValueError):
+        parse_fraction("1.5")
+    with pytest.raises(ValueError):
+        parse_fraction("nope")
+    assert parse_level("WARN") == "warn"
+    with pytest.raises(ValueError):
+        parse_level("verbose")
+
+
+def test_defaults():
+    settings, _ = resolve([])
+    assert settings["web.listen-address"] == ":9975"
+    assert settings["web.telemetry-path"] == "/metrics"
+    assert settings.sample_interval == 0.1
+    assert settings.slow_interval == 5.0
+    assert settings.analysis_window == 60.0
+    for collector in registry():
+        assert settings.collector_enabled(collector.name) is collector.default_enabled
+
+
+def test_every_option_default_is_valid_for_its_own_parser():
+    for option in OPTIONS:
+        if option.default is None:
+            continue
+        default = option.default.pattern if hasattr(option.default, "pattern") else option.default
+        option.parse(default)
+
+
+# -- configuration file --------------------------------------------------------------------
+
+
+def write(tmp_path, text: str, name: str = "gpuwait.yml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_file_flat_keys(tmp_path):
+    path = write(tmp_path, "sample.interval: 200ms\nanalysis.window: 2m\nlog.level: warn\n")
+    assert load_config_file(path) == {"sample.interval": 0.2, "analysis.window": 120.0, "log.level": "warn"}
+
+
+def test_file_nested_keys(tmp_path):
+    path = write(tmp_path, "sample:\n  interval: 200ms\n  slow-interval: 10s\nweb:\n  listen-address: 127.0.0.1:9999\n")
+    assert load_config_file(path) == {
+        "sample.interval": 0.2, "sample.slow-interval": 10.0, "web.listen-address": "127.0.0.1:9999",
+    }
+
+
+def test_file_nested_collector_options(tmp_path):
+    path = write(tmp_path, "collector:\n  cpu:\n    saturation-threshold: 0.8\n")
+    assert load_config_file(path) == {"collector.cpu.saturation-threshold": 0.8}
+
+
+def test_file_enables_and_disables_collectors(tmp_path):
+    lines = "".join(f"collector.{c.name}: {'false' if c.default_enabled else 'true'}\n" for c in registry())
+    settings, _ = resolve(["--config.file", write(tmp_path, lines)])
+    for collector in registry():
+        assert settings.collector_enabled(collector.name) is not collector.default_enabled
+
+
+def test_empty_file_is_all_defaults(tmp_path):
+    assert load_config_file(write(tmp_path, "# nothing set\n")) == {}
+
+
+def test_unknown_key_names_file_and_key(tmp_path):
+    path = write(tmp_path, "sample:\n  intervall: 1s\n")
+    with pytest.raises(ConfigError) as e:
+        load_config_file(path)
+    assert path in str(e.value) and "sample.intervall" in str(e.value)
+
+
+def test_config_file_key_itself_is_refused(tmp_path):
+    path = write(tmp_path, "config.file: other.yml\n")
+    with pytest.raises(ConfigError, match="config.file"):
+        load_config_file(path)
+
+
+def test_bad_value_names_key(tmp_path):
+    path = write(tmp_path, "analysis.window: soon\n")
+    with pytest.raises(ConfigError) as e:
+        load_config_file(path)
+    assert "analysis.window" in str(e.value) and path in str(e.value) and "soon" in str(e.value)
+
+
+def test_bad_yaml_names_file_and_line(tmp_path):
+    path = write(tmp_path, "sample.interval: 100ms\nlog.level: info\nanalysis:\n  window: [60s\n")
+    with pytest.raises(ConfigError) as e:
+        load_config_file(path)
+    message = str(e.value)
+    assert path in message
+    assert "line " in message
+    line = int(message.split("line ", 1)[1].split()[0].rstrip(":"))
+    # The unclosed bracket opens on line 4; YAML reports where it noticed, at or after it.
+    assert line >= 4
+
+
+def test_top_level_not_a_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config_file(write(tmp_path, "- sample.interval\n- 1s\n"))
+
+
+def test_missing_file_named(tmp_path):
+    path = str(tmp_path / "absent.yml")
+    with pytest.raises(ConfigError) as e:
+        load_config_file(path)
+    assert path in str(e.value)
+
+
+# -- flags and precedence ------------------------------------------------------------------
+
+
+def test_flags_override_file(tmp_path):
+    path = write(tmp_path, "sample.interval: 200ms\nanalysis.window: 30s\n")
+    settings, _ = resolve(["--config.file", path, "--sample.interval=50ms"])
+    assert settings.sample_interval == 0.05
+    assert settings.analysis_window == 30.0, "keys the flags do not set still come from the file"
+    assert settings["config.file"] == path
+
+
+def test_flag_with_space_or_equals():
+    a, _ = resolve(["--analysis.window", "90s"])
+    b, _ = resolve(["--analysis.window=90s"])
+    assert a.analysis_window == b.analysis_window == 90.0
+
+
+@pytest.mark.parametrize("collector", [c.name for c in registry()])
+def test_collector_flags(collector):
+    on, _ = resolve([f"--collector.{collector}"])
+    off, _ = resolve([f"--no-collector.{collector}"])
+    assert on.collector_enabled(collector) is True
+    assert off.collector_enabled(collector) is False
+
+
+def test_collector_flag_overrides_file(tmp_path):
+    name = registry()[0].name
+    path = write(tmp_path, f"collector.{name}: false\n")
+    settings, _ = resolve(["--config.file", path, f"--collector.{name}"])
+    assert settings.collector_enabled(name)
+
+
+def test_contradicting_collector_flags_refused():
+    name = registry()[0].name
+    with pytest.raises(ConfigError):
+        resolve([f"--collector.{name}", f"--no-collector.{name}"])
+
+
+def test_bad_flag_value_names_flag():
+    with pytest.raises(ConfigError, match="--sample.interval"):
+        resolve(["--sample.interval=quick"])
+
+
+def test_abbreviated_flags_refused():
+    # argparse would otherwise take --sample.int as --sample.interval, and a later option
+    # with the same prefix would silently change what an old command line means.
+    with pytest.raises(ConfigError):
+        resolve(["--sample.int=1s"])
+
+
+@pytest.mark.parametrize(
+    "flags, culprit",
+    [(["--analysis.window=100ms", "--sample.interval=100ms"], "analysis.window"),
+     (["--sample.slow-interval=50ms"], "sample.slow-interval"),
+     (["--web.telemetry-path=/"], "web.telemetry-path"),
+     (["--web.telemetry-path=metrics"], "web.telemetry-path"),
+     (["--web.telemetry-path=/-/ready"], "web.telemetry-path")],
+)
+def test_inconsistent_settings_refused(flags, culprit):
+    with pytest.raises(ConfigError, match=culprit):
+        resolve(flags)
+
+
+# -- listen address ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "address, expected",
+    [(":9975", ("", 9975)), ("0.0.0.0:9975", ("0.0.0.0", 9975)), ("127.0.0.1:0", ("127.0.0.1", 0)),
+     ("[::1]:9975", ("::1", 9975)), ("[::]:80", ("::", 80)), ("localhost:65535", ("localhost", 65535))],
+)
+def test_listen_address(address, expected):
+    assert parse_listen_address(address) == expected
+
+
+@pytest.mark.parametrize("address", ["9975", "", "host", ":port", "127.0.0.1:", ":65536", ":-1", "[::1]:x"])
+def test_listen_address_rejected(address):
+    with pytest.raises(ConfigError, match="web.listen-address"):
+        parse_listen_address(address)
+
+
+# -- what the process prints ---------------------------------------------------------------
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *mentions: str) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    for mention in mentions:
+        assert mention in lines[0], lines[0]
+    return lines[0]
+
+
+def test_process_unknown_flag_one_line():
+    line = assert_one_line_error(run_exporter("--no-such.flag=1"), "--no-such.flag")
+    assert line.startswith("gpuwait-exporter: error:")
+
+
+def test_process_bad_flag_value_one_line():
+    assert_one_line_error(run_exporter("--sample.interval=quick"), "--sample.interval", "quick")
+
+
+def test_process_bad_listen_address_one_line():
+    assert_one_line_error(run_exporter("--web.listen-address=localhost"), "web.listen-address")
+
+
+def test_process_bad_config_file_one_line(tmp_path):
+    path = write(tmp_path, "sample.interval: 100ms\nnot: valid: yaml\n")
+    assert_one_line_error(run_exporter("--config.file", path), path, "line 2")
+
+
+def test_process_unknown_config_key_one_line(tmp_path):
+    path = write(tmp_path, "web:\n  listen_address: :1234\n")
+    assert_one_line_error(run_exporter("--config.file", path), path, "web.listen_address")
+
+
+def test_process_version():
+    result = run_exporter("--version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("gpuwait-exporter ")
+
+
+def test_process_help_lists_every_option():
+    result = run_exporter("--help")
+    assert result.returncode == 0, result.stderr
+    for option in OPTIONS:
+        assert f"--{option.name}" in result.stdout
+    for collector in registry():
+        assert f"--collector.{collector.name}" in result.stdout
+

@@ -1,0 +1,414 @@
+"""The sampler, with fake sources and known answers (the ring: test_ring.py, the series
+helpers: test_series.py)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+
+import pytest
+
+from gpuwait.core.plugin import CollectorSpec, SourceSpec
+from gpuwait.core.registry import resolve
+from gpuwait.core.errors import NoData, SourceError
+from gpuwait.core.reading import Reading
+from gpuwait.core.ring import WindowView
+from gpuwait.core.sampler import Sampler
+from gpuwait.core.source import HostPaths, Source
+from gpuwait.core.series import window_rate
+
+NAN = math.nan
+
+
+def settings(*flags: str):
+    return resolve(list(flags))[0]
+
+
+class CountingSource(Source):
+    """Counts its reads; its one counter grows by ``step`` per read."""
+
+    name = "fast"
+
+    def __init__(self, step: float = 10.0, clock=time.monotonic) -> None:
+        super().__init__(HostPaths())
+        self.reads = 0
+        self.counter = 0.0
+        self.step = step
+        self.clock = clock
+        self.lock = threading.Lock()
+
+    def read(self) -> Reading:
+        with self.lock:
+            self.reads += 1
+            self.counter += self.step
+            return self.reading(self.clock(), {"c": self.counter})
+
+
+class SleepingSource(Source):
+    name = "slow"
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(HostPaths())
+        self.seconds = seconds
+        self.reads = 0
+
+    def read(self) -> Reading:
+        self.reads += 1
+        time.sleep(self.seconds)
+        return self.reading(time.monotonic(), {"c": float(self.reads)})
+
+
+class ScriptedSource(Source):
+    """Does what the test says on the next read: return data, fail, or crash."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        super().__init__(HostPaths())
+        self.outcome: object = {"c": 1.0}
+        self.part_errors: tuple[str, ...] = ()
+
+    def read(self) -> Reading:
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.reading(time.monotonic(), dict(self.outcome), self.part_errors)
+
+
+def keep_counter(data) -> dict:
+    return {"c": data["c"]}
+
+
+def rate_of_c(view: WindowView, _settings) -> float | None:
+    return window_rate(view.times, view.column("c"))
+
+
+def collector_of(*specs: SourceSpec, name: str = "fake") -> CollectorSpec:
+    return CollectorSpec(name, "Fake collector for sampler tests.", specs, expose=lambda snapshots, s: iter(()))
+
+
+def sampler_with(sources: dict[str, Source], *flags: str, columns=keep_counter, summarize=rate_of_c) -> Sampler:
+    specs = tuple(SourceSpec(name, lambda s, src=src: src, columns, summarize) for name, src in sources.items())
+    return Sampler([collector_of(*specs)], settings(*flags))
+
+
+# -- scheduling ----------------------------------------------------------------------------
+
+
+def test_slow_source_does_not_delay_fast_one():
+    fast, slow = CountingSource(), SleepingSource(1.0)
+    sampler = sampler_with({"fast": fast, "slow": slow}, "--sample.interval=50ms", "--analysis.interval=10s")
+    sampler.start()
+    try:
+        time.sleep(2.0)
+    finally:
+        sampler.stop(timeout=3.0)
+    # 2 s at 50 ms is 40 slots. Sharing one thread with a 1 s read would allow about 2; the
+    # bound leaves room for a loaded CI machine without coming near that.
+    assert fast.reads >= 15, f"fast source read only {fast.reads} times beside a 1 s source"
+    assert 1 <= slow.reads <= 3
+    assert sampler.states["fast"].overruns <= 5
+
+
+def test_overruns_counted_when_a_read_outlasts_its_slot():
+    slow = SleepingSource(0.3)
+    sampler = sampler_with({"slow": slow}, "--sample.interval=50ms", "--analysis.interval=10s")
+    sampler.start()
+    try:
+        time.sleep(1.0)
+    finally:
+        sampler.stop(timeout=3.0)
+    state = sampler.states["slow"]
+    # Each 0.3 s read covers six 50 ms slots; the scheduler skips them instead of running
+    # back to back, so reads stay few and the skipped slots are counted.
+    assert state.reads <= 5
+    assert state.overruns >= 5 * (state.reads - 1)
+    assert state.overruns >= 5
+
+
+def test_stop_ends_threads_and_closes_sources():
+    closed = []
+
+    class Closing(CountingSource):
+        def close(self) -> None:
+            closed.append(True)
+
+    sampler = sampler_with({"a": Closing()}, "--sample.interval=50ms")
+    sampler.start()
+    assert sampler.alive()
+    sampler.stop()
+    assert not sampler.alive()
+    assert closed == [True]
+
+
+def test_ready_once_every_source_has_been_tried():
+    a, b = ScriptedSource(), ScriptedSource()
+    b.outcome = SourceError("missing:/proc/x", "gone")
+    sampler = sampler_with({"a": a, "b": b})
+    assert not sampler.ready()
+    sampler.sample_once(sampler.states["a"])
+    assert not sampler.ready()
+    sampler.sample_once(sampler.states["b"])
+    # A failing source still counts as tried: readiness must not wait on an absent device.
+    assert sampler.ready()
+
+
+# -- failures ------------------------------------------------------------------------------
+
+
+def test_source_error_marks_source_down_and_counts():
+    src = ScriptedSource()
+    sampler = sampler_with({"s": src})
+    state = sampler.states["s"]
+    sampler.sample_once(state)
+    assert state.up and state.errors == 0
+    src.outcome = SourceError("missing:/proc/stat", "No such file")
+    for _ in range(3):
+        sampler.sample_once(state)
+    assert not state.up
+    assert state.errors == 3
+    assert state.reads == 4
+    assert state.latest is not None and state.latest.data == {"c": 1.0}, "the last good reading is kept"
+
+
+def test_unexpected_exception_costs_only_that_source():
+    bad, good = ScriptedSource(), ScriptedSource()
+    bad.outcome = ZeroDivisionError("bug")
+    sampler = sampler_with({"bad": bad, "good": good})
+    sampler.sample_once(sampler.states["bad"])
+    sampler.sample_once(sampler.states["good"])
+    assert not sampler.states["bad"].up and sampler.states["bad"].errors == 1
+    assert sampler.states["good"].up and sampler.states["good"].errors == 0
+
+
+def test_partial_errors_counted_per_part_and_data_kept():
+    src = ScriptedSource()
+    src.part_errors = ("missing:/sys/block/sdb/stat", "parse:/sys/block/sdc/stat")
+    sampler = sampler_with({"s": src})
+    state = sampler.states["s"]
+    sampler.sample_once(state)
+    sampler.sample_once(state)
+    assert state.up
+    assert state.errors == 4
+    assert len(state.ring) == 2
+
+
+def test_each_cause_logged_once_then_recovery_once(caplog):
+    src = ScriptedSource()
+    sampler = sampler_with({"s": src})
+    state = sampler.states["s"]
+    caplog.set_level(logging.INFO, logger="gpuwait.sampler")
+
+    src.outcome = SourceError("missing:/proc/pressure/io", "gone")
+    for _ in range(10):
+        sampler.sample_once(state)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "missing:/proc/pressure/io" in warnings[0].getMessage()
+
+    src.outcome = {"c": 2.0}
+    for _ in range(5):
+        sampler.sample_once(state)
+    recovered = [r for r in caplog.records if "recovered" in r.getMessage()]
+    assert len(recovered) == 1
+
+    # A new episode of the same fault is news again.
+    src.outcome = SourceError("missing:/proc/pressure/io", "gone")
+    sampler.sample_once(state)
+    sampler.sample_once(state)
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
+
+
+def test_no_data_keeps_the_source_up_uncounted_and_logged_once(caplog):
+    src = ScriptedSource()
+    sampler = sampler_with({"s": src})
+    state = sampler.states["s"]
+    caplog.set_level(logging.DEBUG, logger="gpuwait.sampler")
+    src.outcome = NoData("unavailable:/proc/pressure", "no PSI in this kernel")
+    for _ in range(10):
+        sampler.sample_once(state)
+    assert state.up and state.no_data
+    assert state.errors == 0 and state.reads == 10
+    assert state.latest is None and len(state.ring) == 0
+    notes = [r for r in caplog.records if "no data" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].levelno == logging.INFO
+    assert "unavailable:/proc/pressure" in notes[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_feature_that_appears_later_is_picked_up_and_one_that_goes_takes_its_series(caplog):
+    src = ScriptedSource()
+    sampler = sampler_with({"s": src})
+    state = sampler.states["s"]
+    caplog.set_level(logging.INFO, logger="gpuwait.sampler")
+    src.outcome = NoData("unavailable:/sys/class/infiniband")
+    sampler.sample_once(state)
+    src.outcome = {"c": 5.0}  # the module was loaded
+    sampler.sample_once(state)
+    assert state.up and not state.no_data and state.latest.data == {"c": 5.0}
+    assert [r.getMessage() for r in caplog.records if "data again" in r.getMessage()] == ["source s has data again"]
+    src.outcome = NoData("unavailable:/sys/class/infiniband")  # and unloaded again
+    sampler.sample_once(state)
+    assert state.up and state.no_data and state.latest is None
+    assert len([r for r in caplog.records if "has no data" in r.getMessage()]) == 2
+    assert state.errors == 0
+
+
+def test_failure_after_no_data_is_a_failure():
+    src = ScriptedSource()
+    sampler = sampler_with({"s": src})
+    state = sampler.states["s"]
+    src.outcome = NoData("unavailable:/proc/pressure")
+    sampler.sample_once(state)
+    src.outcome = SourceError("permission:/proc/pressure/io", "denied")
+    sampler.sample_once(state)
+    assert not state.up and not state.no_data and state.errors == 1
+
+
+def test_distinct_causes_logged_separately(caplog):
+    src = ScriptedSource()
+    sampler = sampler_with({"s": src})
+    state = sampler.states["s"]
+    caplog.set_level(logging.INFO, logger="gpuwait.sampler")
+    src.part_errors = ("missing:/sys/a",)
+    sampler.sample_once(state)
+    sampler.sample_once(state)
+    src.part_errors = ("missing:/sys/a", "missing:/sys/b")
+    sampler.sample_once(state)
+    sampler.sample_once(state)
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(messages) == 2
+    assert "missing:/sys/a" in messages[0] and "missing:/sys/b" in messages[1]
+
+
+def test_unexpected_exception_logged_once_with_traceback(caplog):
+    src = ScriptedSource()
+    src.outcome = KeyError("x")
+    sampler = sampler_with({"s": src})
+    caplog.set_level(logging.INFO, logger="gpuwait.sampler")
+    for _ in range(5):
+        sampler.sample_once(sampler.states["s"])
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and errors[0].exc_info is not None
+
+
+def test_failing_columns_counted_and_reading_kept():
+    def broken_columns(data):
+        raise ValueError("columns bug")
+
+    src = ScriptedSource()
+    sampler = sampler_with({"s": src}, columns=broken_columns)
+    state = sampler.states["s"]
+    sampler.sample_once(state)
+    assert state.errors == 1
+    assert state.latest is not None
+    assert len(state.ring) == 0
+
+
+# -- window and analysis -------------------------------------------------------------------
+
+
+def test_ring_bounded_by_window():
+    sampler = sampler_with({"s": CountingSource()}, "--sample.interval=100ms", "--analysis.window=1s")
+    state = sampler.states["s"]
+    for _ in range(100):
+        sampler.sample_once(state)
+    # 1 s of 100 ms samples needs 11 rows to cover 10 whole intervals.
+    assert state.ring.capacity == 11
+    assert len(state.ring) == 11
+
+
+def test_slow_tier_ring_sized_by_slow_interval():
+    spec = SourceSpec("slowtier", lambda s: CountingSource(), keep_counter, rate_of_c, tier="slow")
+    sampler = Sampler([collector_of(spec)], settings("--sample.slow-interval=5s", "--analysis.window=60s"))
+    state = sampler.states["slowtier"]
+    assert state.interval == 5.0
+    assert state.ring.capacity == 13
+
+
+def test_source_with_its_own_interval_option_is_read_and_sized_by_it():
+    spec = SourceSpec("ownpace", lambda s: CountingSource(), keep_counter, rate_of_c, interval_option="analysis.interval")
+    sampler = Sampler([collector_of(spec)], settings("--analysis.interval=2s", "--analysis.window=60s"))
+    state = sampler.states["ownpace"]
+    assert state.interval == 2.0
+    assert state.ring.capacity == 31
+
+
+def test_analysis_computes_window_stats_from_samples():
+    t0 = time.monotonic() - 5.0
+    ticks = iter(range(10_000))
+    src = CountingSource(step=10.0, clock=lambda: t0 + 0.1 * next(ticks))
+    sampler = sampler_with({"s": src}, "--analysis.window=60s")
+    state = sampler.states["s"]
+    for _ in range(21):
+        sampler.sample_once(state)
+    sampler.analyse_once()
+    # 10 per 0.1 s of the source's own clock, whatever the wall time the test took.
+    assert state.stats == pytest.approx(100.0)
+    assert state.window_samples == 21
+    assert sampler.analysis_runs == 1
+    assert sampler.analysis_seconds >= 0
+
+
+def test_analysis_ignores_samples_older_than_window():
+    now = time.monotonic()
+    times = iter([now - 30, now - 20, now - 3, now - 2, now - 1])
+    src = CountingSource(step=1.0, clock=lambda: next(times))
+    sampler = sampler_with({"s": src}, "--analysis.window=10s", "--sample.interval=1s")
+    state = sampler.states["s"]
+    for _ in range(5):
+        sampler.sample_once(state)
+    sampler.analyse_once()
+    assert state.window_samples == 3
+    assert state.stats == pytest.approx(1.0)
+
+
+def test_failing_summary_counted_and_stats_cleared(caplog):
+    def broken(view, s):
+        raise RuntimeError("summary bug")
+
+    sampler = sampler_with({"s": CountingSource()}, summarize=broken)
+    state = sampler.states["s"]
+    state.stats = "stale"
+    sampler.sample_once(state)
+    with caplog.at_level(logging.ERROR, logger="gpuwait.sampler"):
+        sampler.analyse_once()
+    assert state.stats is None
+    assert state.errors == 1
+    assert any("window analysis" in r.getMessage() for r in caplog.records)
+
+
+def test_rows_append_several_timed_samples_per_reading():
+    def rows(reading: Reading):
+        base = reading.t
+        return [(base - 0.3, {"u": 10.0}), (base - 0.2, {}), (base - 0.1, {"u": 30.0})]
+
+    spec = SourceSpec("rows", lambda s: ScriptedSource(), None, None, rows=rows)
+    sampler = Sampler([collector_of(spec)], settings())
+    state = sampler.states["rows"]
+    sampler.sample_once(state)
+    view = state.ring.view()
+    # The empty row carries nothing and is dropped rather than stored as a NaN row.
+    assert view.column("u") == [10.0, 30.0]
+
+
+def test_source_without_columns_keeps_no_ring():
+    spec = SourceSpec("plain", lambda s: ScriptedSource())
+    sampler = Sampler([collector_of(spec)], settings())
+    state = sampler.states["plain"]
+    sampler.sample_once(state)
+    sampler.analyse_once()
+    assert state.ring is None
+    assert state.window_samples == 1
+
+
+def test_timing_self_stats():
+    sampler = sampler_with({"s": SleepingSource(0.02)})
+    state = sampler.states["s"]
+    sampler.sample_once(state, lag=0.5)
+    sampler.sample_once(state, lag=0.1)
+    sampler.analyse_once()
+    assert state.read_seconds >= 0.04
+    assert 0.02 <= state.mean_read_seconds < 1.0
+    assert state.max_lag_seconds == 0.5

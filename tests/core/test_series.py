@@ -1,0 +1,82 @@
+"""The pure window statistics of core.series, with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpuwait.core.series import (
+    burstiness,
+    increase,
+    interval_rates,
+    maximum,
+    mean,
+    quantile,
+    total_increase,
+    window_rate,
+)
+
+NAN = math.nan
+
+
+# -- series helpers ------------------------------------------------------------------------
+
+
+def test_increase_plain_reset_and_wrap():
+    assert increase(10.0, 15.0) == 5.0
+    assert increase(15.0, 10.0) is None
+    m32 = float(2**32)
+    assert increase(m32 - 10, 5.0, modulus=m32) == 15.0
+    # A fall from the lower half of the range is a reset (device re-plugged), not a wrap.
+    assert increase(1000.0, 5.0, modulus=m32) is None
+
+
+def test_interval_rates_skip_nan_and_resets_never_negative():
+    times = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    values = [0.0, 10.0, NAN, 30.0, 5.0, 15.0]
+    # 0->10 over 1 s, 10->30 over 2 s (NaN skipped), 30->5 reset dropped, 5->15 over 1 s.
+    assert interval_rates(times, values) == [10.0, 10.0, 10.0]
+    assert all(r >= 0 for r in interval_rates(times, [5.0, 4.0, 3.0, 2.0, 1.0, 0.0]))
+
+
+def test_interval_rates_with_wrap():
+    m = 256.0
+    assert interval_rates([0.0, 0.5], [250.0, 4.0], modulus=m) == [20.0]
+
+
+def test_total_increase_and_window_rate():
+    times = [0.0, 1.0, 2.0, 3.0]
+    values = [100.0, 110.0, 0.0, 30.0]
+    # The reset interval 1->2 is excluded from both the increase and the time it covers.
+    assert total_increase(times, values) == (40.0, 2.0)
+    assert window_rate(times, values) == 20.0
+    assert window_rate([0.0], [1.0]) is None
+    assert window_rate([0.0, 1.0], [NAN, NAN]) is None
+    assert total_increase([0.0, 0.0], [1.0, 2.0]) is None
+
+
+def test_mean_maximum_skip_nan():
+    assert mean([1.0, NAN, 3.0]) == 2.0
+    assert maximum([1.0, NAN, 3.0]) == 3.0
+    assert mean([NAN]) is None and maximum([]) is None
+
+
+def test_quantile_known_answers():
+    vals = [4.0, 1.0, NAN, 3.0, 2.0]
+    assert quantile(vals, 0.0) == 1.0
+    assert quantile(vals, 1.0) == 4.0
+    assert quantile(vals, 0.5) == 2.5
+    assert quantile(vals, 0.9) == pytest.approx(3.7)
+    assert quantile([7.0], 0.99) == 7.0
+    assert quantile([NAN], 0.5) is None
+
+
+def test_burstiness_known_answers():
+    assert burstiness([5.0, 5.0, 5.0, 5.0]) == 0.0
+    assert burstiness([0.0, 2.0]) == pytest.approx(1.0)
+    # One burst in four intervals: mean 1, variance 3.
+    assert burstiness([0.0, 0.0, 0.0, 4.0]) == pytest.approx(math.sqrt(3.0))
+    assert burstiness([0.0, 0.0]) == 0.0
+    assert burstiness([1.0]) is None
+    assert burstiness([1.0, NAN]) is None
