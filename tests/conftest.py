@@ -14,6 +14,8 @@ if str(SUPPORT) not in sys.path:
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 #: A whole host as procfs/sysfs trees, for sources and for the exporter process.
 HOST_TREE = FIXTURES / "host"
+#: A second host's sysfs, a hybrid cgroup v1 one, for the cgroup collector (the fixture host's is v2).
+CGROUP_V1_TREE = FIXTURES / "host_cgroup_v1"
 #: Captured pseudo-file texts, one folder per format, one file per kernel/layout variant.
 TEXT_FIXTURES = FIXTURES / "text"
 

@@ -7,12 +7,16 @@ instead of silently taking that cause's evidence out of every verdict."""
 from __future__ import annotations
 
 import math
+import shutil
 import time
 
 import pytest
 
+from cgroup_owners import GPU_CONTAINER, POD, POD_PATH
 from conftest import HOST_TREE, text_fixture
 from fixture_host import inspector_line
+from gpuwait.collectors.cgroup import window as cgroup_window
+from gpuwait.collectors.cgroup.source import OwnerCgroupSource
 from gpuwait.collectors.cpu import window as cpu_window
 from gpuwait.collectors.cpu.source import CpuSource
 from gpuwait.collectors.diskstats import window as disk_window
@@ -163,3 +167,31 @@ def test_gpu_device_owner_accessors(gpu_sources):
     assert owners and set(activity) == owners
     for owner, (cores, blocked) in activity.items():
         assert not math.isnan(cores) and not math.isnan(blocked), owner
+
+
+def test_cgroup_accessors(gpu_sources, tmp_path):
+    """The owners the gpu collector attributes, read by the cgroup source from a copy of the
+    fixture host's cgroup tree whose GPU container advances under its quota between reads."""
+    _, slow = gpu_sources
+    slow.read()  # attributes the GPU processes to their owners, into the host's directory
+    sysfs = tmp_path / "sys"
+    shutil.copytree(HOST_TREE / "sys", sysfs, symlinks=True)
+    stat = sysfs / "fs/cgroup" / POD_PATH.lstrip("/") / GPU_CONTAINER / "cpu.stat"
+    source = OwnerCgroupSource(HostPaths(PATHS.procfs, str(sysfs)), slow.owner_directory, max_age=60.0)
+    ring = ColumnRing(4)
+    for i in range(3):
+        periods = 10 * i
+        stat.write_text(f"usage_usec {periods * 20000}\nuser_usec 0\nsystem_usec 0\nnr_periods {periods}\n"
+                        f"nr_throttled {periods // 2}\nthrottled_usec {periods * 40000}\n")
+        ring.append(i * 1.0, cgroup_window.columns(source.read().data))
+    view = ring.view()
+    assert POD in cgroup_window.owners(view)
+    cores = cgroup_window.cpu_cores(view, POD)
+    assert cores.mean is not None and has_values(cores.intervals)
+    assert cgroup_window.quota_cores(view, POD) == pytest.approx(0.4)
+    throttling = cgroup_window.throttled_ratio(view, POD)
+    assert throttling.ratio == pytest.approx(0.5) and throttling.level == GPU_CONTAINER
+    assert has_values(throttling.intervals)
+    assert has_values(cgroup_window.pressure_rate(view, POD, "io", "some").intervals)
+    io = cgroup_window.io_read_rate(view, POD)
+    assert has_values(io.bytes_per_second.intervals) and has_values(io.ops_per_second.intervals)

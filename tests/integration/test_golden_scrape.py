@@ -4,7 +4,8 @@ series with its labels, and the value of every series that the fixture fixes.
 
 The fixture host is tests/fixtures/host (procfs, sysfs, an NFS mount, two RDMA HCAs) and the
 NVML test double's 8-GPU machine (tests/support/nvml_double/hgx_h100.yaml), with the
-workload record of the GPU process and the NCCL Inspector dump it wrote. Values that move with time rather than with the fixture
+workload record of the GPU process, the NCCL Inspector dump it wrote and the cgroup v2 tree of
+its owners (a pod and a Slurm job). Values that move with time rather than with the fixture
 are written as ``<varies>``: the exporter's own timings and read counts, the GPU values the
 double drives on its clock (utilization, activity, power, counters) and what is computed
 from them (GPU window statistics, the verdict); build info is left out. The series set is
@@ -90,26 +91,32 @@ def canonical(exposition: str) -> str:
 
 def steady_scrape(exp: ExporterProcess) -> str:
     """A scrape once the double's timeline has settled: GPU 3 has fallen off the bus and come
-    back, and every window statistic and the verdict are there."""
+    back, its processes have been read again (a lost GPU has none to read, and the verdict
+    publishes link and dip series only for a GPU whose processes are unknown or running), and
+    every window statistic and the verdict are there."""
     seen_lost = False
 
     def settled(samples):
         nonlocal seen_lost
         seen_lost = seen_lost or value(samples, "gpuwait_gpu_up", gpu=3) == 0.0
         return (seen_lost and value(samples, "gpuwait_gpu_up", gpu=3) == 1.0
+                and value(samples, "gpuwait_gpu_processes", gpu=3) is not None
                 and samples.get("gpuwait_gpu_verdict") and samples.get("gpuwait_gpu_window_utilization_mean_ratio")
                 and samples.get("gpuwait_rdma_port_window_transmit_mean_bytes_per_second")
                 and samples.get("gpuwait_nfs_window_operations_per_second")
-                and samples.get("gpuwait_nccl_window_exec_ratio"))
+                and samples.get("gpuwait_nccl_window_exec_ratio")
+                and samples.get("gpuwait_owner_cpu_window_usage_cores"))
 
     exp.wait_for(settled, timeout=60.0, interval=0.2)
-    time.sleep(1.0)  # one more analysis pass over the settled state
+    time.sleep(1.0)  # more than one analysis pass, and with it a verdict, over the settled state
     return exp.scrape_text()
 
 
 def test_whole_scrape_matches_the_golden_file():
     # Lost GPUs are probed every second at most, so GPU 3 is back soon after the double says.
-    args = [*host_args(), "--collector.gpu.retry-max-interval=1s"]
+    # The verdict is recomputed on every analysis pass, so that the scrape shows the settled
+    # state rather than one up to a verdict interval older.
+    args = [*host_args(), "--collector.gpu.retry-max-interval=1s", "--verdict.interval=200ms"]
     with ExporterProcess(args, env=host_env(), ready_timeout=30.0) as exp:
         got = canonical(steady_scrape(exp))
     if os.environ.get("UPDATE_GOLDEN"):

@@ -1,7 +1,7 @@
 """Absent kernel features, through the real exporter process: a kernel without PSI, a host
-without RDMA devices, a mount table without NFS, and no NCCL Inspector dump yet. Each source stays up with
-gpuwait_source_no_data 1, counts no error, says so once in the log, and picks the feature up
-when it appears."""
+without RDMA devices, a mount table without NFS, no cgroup filesystem, and no NCCL Inspector
+dump yet. Each source stays up with gpuwait_source_no_data 1, counts no error, says so once in
+the log, and picks the feature up when it appears."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from support import ExporterProcess, value
 
 pytestmark = pytest.mark.integration
 
-ABSENT = ("pressure", "nfs", "rdma", "rdma_traffic", "nccl")
+ABSENT = ("pressure", "nfs", "rdma", "rdma_traffic", "owner_cgroup", "nccl")
 
 
 def test_absent_features_are_no_data_not_failures_and_are_picked_up_later(tmp_path):
@@ -26,12 +26,13 @@ def test_absent_features_are_no_data_not_failures_and_are_picked_up_later(tmp_pa
     (procfs / "pressure").rename(saved_psi)
     (procfs / "self" / "mountstats").write_text("device /dev/nvme0n1p2 mounted on / with fstype ext4\n")
     sysfs = tmp_path / "sys"
-    sysfs.mkdir()  # no class/infiniband: ib_core not loaded
+    sysfs.mkdir()  # no class/infiniband: ib_core not loaded; no fs/cgroup mounted
     dump = tmp_path / "nccl"  # no job has dumped here yet
     args = [f"--path.procfs={procfs}", f"--path.sysfs={sysfs}", "--sample.interval=50ms",
             "--sample.slow-interval=200ms", "--analysis.interval=100ms", "--analysis.window=3s",
             f"--collector.nccl.dump-dir={dump}", "--collector.nccl.interval=200ms",
-            *only_collectors_flags({"cpu", "pressure", "nfs", "rdma", "nccl"})]
+            "--collector.cgroup.interval=200ms",
+            *only_collectors_flags({"cpu", "pressure", "nfs", "rdma", "cgroup", "nccl"})]
     with ExporterProcess(args) as exp:
         samples = exp.wait_for(lambda s: s if all(value(s, "gpuwait_source_reads_total", source=n) for n in ABSENT) else None)
         for name in ABSENT:

@@ -137,7 +137,7 @@ def test_kubernetes_cgroupfs_v1_burstable():
     assert (o.kind, o.id, o.pod_uid, o.qos, o.container_id, o.runtime) == (
         "kubernetes", f"kubernetes:{POD_V1}", POD_V1, "burstable", CTR_V1, None
     )
-    assert o.cgroup == f"/kubepods/burstable/pod{POD_V1}/{CTR_V1}"
+    assert o.cgroup == f"/kubepods/burstable/pod{POD_V1}"  # the pod's, not the container's
 
 
 def test_kubernetes_systemd_v1_besteffort_under_docker():
@@ -347,3 +347,13 @@ def test_cgroup_and_its_owner(text):
 def test_owner_from_any_path(path):
     owner = cgroup.owner_from_path(path)
     assert owner.kind and owner.id
+
+
+def test_info_labels_of_a_trace_recorded_before_the_owner_label_rename():
+    from gpuwait.owners.cgroup import LABEL_NAMES, info_label_values
+
+    old = {"owner": "kubernetes:u", "owner_kind": "kubernetes", "namespace": "ml", "pod": "w-0", "pod_uid": "u"}
+    values = dict(zip(LABEL_NAMES, info_label_values(old)))
+    assert values["owner_namespace"] == "ml" and values["owner_pod"] == "w-0" and values["unit"] == ""
+    new = {**old, "owner_namespace": "prod", "owner_pod": "w-1"}
+    assert dict(zip(LABEL_NAMES, info_label_values(new)))["owner_pod"] == "w-1"

@@ -16,7 +16,7 @@ import os
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from conftest import HOST_TREE, TEXT_FIXTURES
+from conftest import CGROUP_V1_TREE, HOST_TREE, TEXT_FIXTURES
 from gpuwait.core.errors import ParseError
 
 CI_EXAMPLES = 10_000
@@ -31,8 +31,17 @@ def fixture_texts(fmt: str, pattern: str = "*.txt") -> list[str]:
     return [p.read_text() for p in sorted((TEXT_FIXTURES / fmt).glob(pattern))]
 
 
+def tree_texts(*roots) -> list[str]:
+    """Every file of captured trees (a cgroup hierarchy holds files of many formats)."""
+    return [p.read_text() for root in roots for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()]
+
+
 SEEDS = {
     "cgroup": fixture_texts("cgroup"),
+    # every cgroup file of the v2 and v1 trees (cpu.stat, cpu.max, io.stat, blkio, PSI...) and
+    # the single files of other kernels
+    "cgroupfs": tree_texts(HOST_TREE / "sys" / "fs" / "cgroup", CGROUP_V1_TREE / "sys" / "fs" / "cgroup")
+    + fixture_texts("cgroupfs"),
     "diskstats": fixture_texts("diskstats"),
     "mountstats": fixture_texts("mountstats"),
     "nccl_json": fixture_texts("nccl", "*.log"),

@@ -129,3 +129,27 @@ def test_hand_written_trace_replays(tmp_path, version):
         replayer.run()
         assert replayer.error is None
         assert sampler.states["cpu"].stats.busy_ratio == {"0": pytest.approx(1.0)}
+
+
+def test_a_version_1_trace_replays_as_before_through_every_collector(tmp_path):
+    """A trace recorded before the owner_cgroup source (version 1, without its lines) replays
+    through the whole registry with the same window statistics and verdicts as the version-2
+    recording of the same run; only the owner cgroup series are missing."""
+    from gpuwait.diagnose import from_trace
+    from gpuwait.simulate.model import get
+    from gpuwait.simulate.run import run_virtual
+    from gpuwait.simulate.table import default_settings
+
+    v2 = tmp_path / "v2.jsonl"
+    writer = TraceWriter(str(v2))
+    run_virtual(get("data_pipeline"), default_settings(), 30.0, observers=[writer.write])
+    writer.close()
+    header, *records = v2.read_text().splitlines()
+    header = json.loads(header)
+    assert header["version"] == 2
+    v1 = tmp_path / "v1.jsonl"
+    _lines(v1, [json.dumps({**header, "version": 1}), *(r for r in records if json.loads(r)["source"] != "owner_cgroup")])
+    old, new = from_trace(str(v1)), from_trace(str(v2))
+    assert "gpuwait_owner_cpu_window_usage_cores" in new and not any(name.startswith("gpuwait_owner_") for name in old)
+    assert "gpuwait_gpu_verdict" in old
+    assert {name: series for name, series in new.items() if not name.startswith("gpuwait_owner_")} == old

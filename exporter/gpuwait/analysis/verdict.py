@@ -160,13 +160,9 @@ class VerdictAnalyser:
             info = device.get(uuid)
             owner = owner_of[g]
             act = activity[g]
-            if info is not None and info.processes == () and not info.owners:
-                # No process on the GPU: nothing runs there that could be waiting (A1).
-                attribution = attribute(act.idle, {}, [False] * n, throttled(gpu_view, grid, g))
-                results.append(self._published(GpuVerdict(
-                    index=str(index), uuid=uuid, owner="", demand=False, verdict="none",
-                    attribution=attribution, busy_signal=act.signal), inputs.end))
-                continue
+            # No process on the GPU: nothing runs there that could be waiting (A1). Its links and
+            # dips are still measured, for the dashboards.
+            processless = info is not None and info.processes == () and not info.owners
             owned = _Owned.of(scope, owner, owners[owner].cores if owner in owners else math.nan)
             waiting = [max(x, f) if x == x else x for x, f in zip(act.idle, act.footprint)]
             links = network.alignment(act.activity, waiting)
@@ -189,6 +185,8 @@ class VerdictAnalyser:
             cores, blocked = owners.get(owner, (0.0, 0.0))
             active = owner != "" and (cores >= settings[DEMAND_OWNER_CORES] or blocked >= 1)
             report = workload.reported(inputs.stats, owner)
+            if processless:
+                evidence, active, report = {}, False, None
             if report is not None:
                 # The loop's own account outranks what the host suggests (A8, A13).
                 active = workload.demand(report, settings)
@@ -213,7 +211,7 @@ class VerdictAnalyser:
                 period = None
             results.append(self._published(GpuVerdict(
                 # A GPU that waits on something has work waiting, however quiet its owner's CPU.
-                index=str(index), uuid=uuid, owner=owner, demand=active or cause in EVIDENCE_ORDER,
+                index=str(index), uuid=uuid, owner=owner, demand=active or (cause in EVIDENCE_ORDER and not processless),
                 verdict=cause, attribution=long,
                 dip_period_seconds=period[0] if period else None, dip_strength=period[1] if period else None,
                 links=tuple(a for a, _ in links), busy_signal=act.signal,

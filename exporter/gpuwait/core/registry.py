@@ -9,14 +9,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuwait.analysis import metrics as verdict
-from gpuwait.collectors import cpu, diskstats, gpu, nccl, netdev, nfs, pressure, rdma, workload
+from gpuwait.collectors import cgroup, cpu, diskstats, gpu, nccl, netdev, nfs, pressure, rdma, workload
 from gpuwait.core import config
 from gpuwait.core.config import EXPORTER_OPTIONS, OptionTable, Settings
 from gpuwait.core.plugin import CollectorSpec
 
 COLLECTORS: tuple[CollectorSpec, ...] = (
     cpu.COLLECTOR, pressure.COLLECTOR, diskstats.COLLECTOR, netdev.COLLECTOR, nfs.COLLECTOR, rdma.COLLECTOR,
-    gpu.COLLECTOR, workload.COLLECTOR, nccl.COLLECTOR, verdict.COLLECTOR,
+    gpu.COLLECTOR, cgroup.COLLECTOR, workload.COLLECTOR, nccl.COLLECTOR, verdict.COLLECTOR,
 )
 
 #: Every option: the exporter's own, then each collector's in registry order, and a

@@ -84,6 +84,15 @@ _RANK = {"kubernetes": 4, "slurm": 3, "container": 2, "systemd": 1, "host": 0}
 #: namespace and name are owner_namespace and owner_pod: Prometheus attaches namespace and pod
 #: of the exporter's own target under the Prometheus Operator, and those must never collide.
 LABEL_NAMES = ("owner", "owner_kind", "owner_namespace", "owner_pod", "pod_uid", "container_id", "slurm_job", "slurm_uid", "unit")
+#: Earlier names of those labels, as traces recorded before the rename carry them.
+_EARLIER_LABEL_NAMES = {"owner_namespace": "namespace", "owner_pod": "pod"}
+
+
+def info_label_values(labels: dict[str, str]) -> tuple[str, ...]:
+    """The values of LABEL_NAMES from an owner's labels, in order; a label under its earlier
+    name (a replayed older trace) counts, a missing one is ""."""
+    return tuple(labels.get(name, labels.get(_EARLIER_LABEL_NAMES.get(name, name), "")) for name in LABEL_NAMES)
+
 
 #: pod_uid -> (namespace, pod name), or None while unknown. Supplied by an integration that
 #: knows the pods (kubelet or API watch); this module never looks them up itself.
@@ -119,7 +128,9 @@ class Owner:
     slurm_uid: str | None = field(default=None, compare=False)
     slurm_step: str | None = field(default=None, compare=False)
     unit: str | None = field(default=None, compare=False)
-    #: the cgroup path the owner was recognised in
+    #: the owner's own cgroup: the pod's (not one container's, so that every process of the
+    #: pod gives the same path, where the kubelet sets the pod's CPU limit), the Slurm job's,
+    #: the container's or the unit's; "/" for the host
     cgroup: str = field(default="/", compare=False)
 
     def labels(self) -> dict[str, str]:
@@ -195,12 +206,10 @@ def _kubernetes(segments: list[str]) -> Owner | None:
             continue
         uid, qos = found
         container_id = runtime = None
-        end = i + 1
-        if end < len(segments):
-            container = _container_segment(segments[end])
+        if i + 1 < len(segments):
+            container = _container_segment(segments[i + 1])
             if container is not None:
                 runtime, container_id = container
-                end += 1
         return Owner(
             kind="kubernetes",
             id=f"kubernetes:{uid}",
@@ -208,7 +217,7 @@ def _kubernetes(segments: list[str]) -> Owner | None:
             qos=qos,
             container_id=container_id,
             runtime=runtime,
-            cgroup="/" + "/".join(segments[:end]),
+            cgroup="/" + "/".join(segments[: i + 1]),
         )
     return None
 

@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from gpuwait.client import format_record
+from gpuwait.collectors.cgroup.payload import OwnerCgroup, OwnerCgroupData
 from gpuwait.collectors.cpu.payload import CpuData
 from gpuwait.collectors.diskstats.payload import DiskCounters, Diskstats
 from gpuwait.collectors.gpu.payload import GpuDevice, GpuDeviceData, GpuFastData, GpuTick, OwnerState, OwnerUse
@@ -335,6 +336,15 @@ class SimulatedNode:
         )
         return GpuDeviceData(True, "", "570.124.06", "12.8", tuple(devices), {}, {self.owner: owner})
 
+    def owner_cgroup(self, t: float) -> OwnerCgroupData:
+        """The owner's pod cgroup: the CPU time its processes use, and no CPU quota, pressure
+        or IO of its own, since no scenario limits or isolates it."""
+        self.advance(t)
+        uid = self.owner.split(":", 1)[1].replace("-", "_")
+        cgroup = OwnerCgroup(f"/kubepods.slice/kubepods-pod{uid}.slice", 2, round(self.counters[("owner", "cpu")], 2),
+                             None, None, None, None, None, None, {}, {})
+        return OwnerCgroupData({self.owner: cgroup})
+
     def workload(self, t: float) -> WorkloadData:
         """The records each GPU's process would write with gpuwait.workload (Params.workload=1),
         encoded and parsed as the exporter reads them from the spool."""
@@ -371,7 +381,7 @@ class SimulatedNode:
         return {
             "cpu": self.cpu, "pressure": self.pressure, "diskstats": self.diskstats, "netdev": self.netdev,
             "rdma_traffic": self.rdma_traffic, "rdma": self.rdma, "nfs": self.nfs,
-            "gpu": self.gpu, "gpu_device": self.gpu_device, "workload": self.workload,
+            "gpu": self.gpu, "gpu_device": self.gpu_device, "owner_cgroup": self.owner_cgroup, "workload": self.workload,
             "nccl": self.nccl,
         }
 

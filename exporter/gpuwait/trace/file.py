@@ -18,7 +18,7 @@ from gpuwait.core.reading import Reading
 from gpuwait.trace.codec import DecodeError, from_jsonable, to_jsonable
 
 FORMAT = "gpuwait-trace"
-#: Version 2 adds sources (nccl); a version 1 trace holds a subset of its sources and the
+#: Version 2 adds sources (nccl, owner_cgroup); a version 1 trace holds a subset of its sources and the
 #: same payloads, so both are read.
 VERSION = 2
 READABLE_VERSIONS = (1, 2)

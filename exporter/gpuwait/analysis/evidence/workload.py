@@ -6,8 +6,8 @@ into a number of the GPU's idle samples — the share times the window's samples
 idle ones — and those samples are counted as a data wait: first where the host already shows
 storage or CPU evidence, then where nothing else explains the idleness, and only then where
 a weaker, inferred cause (PCIe, a peer, a link) was present. They count as ``storage`` when
-the host's storage evidence covers more of the GPU's idle samples than its CPU evidence
-does, else as ``data_pipeline``.
+the host's storage evidence over the GPU's idle instants outweighs its CPU evidence (each
+instant counted at its evidence's strength), else as ``data_pipeline``.
 
 A loop that reports its progress also settles demand (A1, A13): a training loop that steps
 or waits for data has work; an inference server below verdict.workload.min-request-rate has
@@ -75,7 +75,9 @@ def with_data_wait(
     unexplained = [i for i in idle_at if not (storage[i] or cpu[i]) and not any(e[i] for e in inferred)]
     weaker = [i for i in idle_at if not (storage[i] or cpu[i]) and any(e[i] for e in inferred)]
     chosen = (host_side + unexplained + weaker)[:budget]
-    target = "storage" if sum(bool(storage[i]) for i in idle_at) > sum(bool(cpu[i]) for i in idle_at) else "data_pipeline"
+    # The host side the loop waited on is the one with the stronger evidence over its idle
+    # instants (strength times instants): owner-scoped reads outweigh a saturated core.
+    target = "storage" if sum(storage[i] for i in idle_at) > sum(cpu[i] for i in idle_at) else "data_pipeline"
     marked = list(out.get(target) or [0.0] * n)
     for i in chosen:
         # The loop's own measurement is the most direct evidence there is (A8): it outranks

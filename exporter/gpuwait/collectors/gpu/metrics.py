@@ -11,6 +11,7 @@ from gpuwait.core.facts import CLOCK_EVENT_REASONS, pcie_link_capacity
 from gpuwait.core.metric import MetricSpec
 from gpuwait.core.plugin import Sample, Snapshot
 from gpuwait.owners.cgroup import LABEL_NAMES as OWNER_LABELS
+from gpuwait.owners.cgroup import info_label_values
 from gpuwait.owners.kubelet import KubeletStatus
 
 SOURCE = "gpu"
@@ -363,7 +364,7 @@ def _slow(data: GpuDeviceData, has_gpm_pcie: set[tuple[str, str]]) -> Iterator[S
         for use in g.owners:
             owner = data.owners.get(use.owner)
             if owner is not None:
-                yield Sample("gpuwait_gpu_owner_info", labels + tuple(owner.labels[name] for name in OWNER_LABELS), 1.0)
+                yield Sample("gpuwait_gpu_owner_info", labels + info_label_values(owner.labels), 1.0)
             for container_id, container in use.containers:
                 yield Sample("gpuwait_gpu_owner_container_info", labels + (use.owner, container_id, container), 1.0)
             yield Sample("gpuwait_gpu_owner_processes", labels + (use.owner,), use.processes)

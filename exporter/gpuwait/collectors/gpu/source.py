@@ -31,6 +31,7 @@ from gpuwait.nvml.session import DeviceSession
 from gpuwait.nvml.values import NA
 from gpuwait.owners import kubelet
 from gpuwait.owners.kubelet import KubeletPods
+from gpuwait.owners.directory import acquire_directory, release_directory
 from gpuwait.owners.tracker import ActivityReport, OwnerTracker
 
 CALL_TIMEOUT = Option("collector.gpu.call-timeout", parse_duration, 2.0,
@@ -212,6 +213,8 @@ class GpuDeviceSource(Source):
         if self.processes_enabled and self.tracker is None:
             self.kubelet = kubelet.from_settings(self.settings)
             self.tracker = OwnerTracker(self.paths, resolve_pod=self.kubelet)
+        #: where the owner cgroup source learns who holds a GPU
+        self.owner_directory = acquire_directory(paths)
 
     def read(self) -> Reading:
         t = time.monotonic()
@@ -231,11 +234,14 @@ class GpuDeviceSource(Source):
         owners: dict[str, OwnerState] = {}
         if self.tracker is not None:
             pids = {p.pid for g in gpus for p in g.processes or ()}
+            attributed = []
             if pids:
                 report = self.tracker.sample(pids)
                 errors.extend(report.errors)
                 gpus = [replace(g, owners=_owner_uses(g, report, self.kubelet)) for g in gpus]
                 owners = _owner_states(report)
+                attributed = [a.owner for a in report.owners.values()]
+            self.owner_directory.update(attributed)
         gpus = self._with_nics(gpus)
         data = GpuDeviceData(True, "", status.driver_version, status.cuda_version, tuple(gpus),
                              self.gateway.error_counts(), owners, pods)
@@ -326,6 +332,7 @@ class GpuDeviceSource(Source):
         )
 
     def close(self) -> None:
+        release_directory(self.paths)
         if self.kubelet is not None:
             self.kubelet.close()
         if self._own_gateway:
