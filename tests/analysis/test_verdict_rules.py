@@ -177,3 +177,21 @@ def test_hysteresis_publishes_a_change_two_passes_in_a_row():
     # A pass that does not follow the last (a new replay) starts afresh.
     h.restart_if_discontinuous(5.0, 2.0)
     assert h.publish("g", "network", 5.0) == ("network", 0.0)
+
+
+def test_a_cgroup_throttled_in_its_periods_is_refused_cpu(settings):
+    from gpuwait.analysis.evidence.data_pipeline import throttled
+    from gpuwait.collectors.cgroup.window import OWN, PERIODS, THROTTLED
+
+    times = [float(t) for t in range(0, 11)]
+    # 10 CFS periods per second; the owner's cgroup is throttled in 7 of them, its neighbour in none.
+    view = WindowView(times, {
+        ("pod-a", PERIODS, OWN): [10.0 * t for t in times], ("pod-a", THROTTLED, OWN): [7.0 * t for t in times],
+        ("pod-b", PERIODS, OWN): [10.0 * t for t in times], ("pod-b", THROTTLED, OWN): [0.0 for t in times],
+    })
+    inputs = AnalysisInputs(views={"owner_cgroup": view}, stats={}, latest={}, end=10.0)
+    grid = Grid([0.5 + t for t in range(10)], 1.0)
+    assert throttled(inputs, grid, "pod-a", settings) == [DIRECT] * 10
+    assert throttled(inputs, grid, "pod-b", settings) == [0.0] * 10
+    assert throttled(inputs, grid, "pod-c", settings) is None
+    assert throttled(AnalysisInputs({}, {}, {}, 10.0), grid, "pod-a", settings) is None

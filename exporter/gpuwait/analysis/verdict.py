@@ -27,6 +27,7 @@ from gpuwait.analysis.attribution import DIRECT, HOST, Attribution, VerdictRules
 from gpuwait.analysis.evidence import workload
 from gpuwait.analysis.evidence.checkpoint import checkpoint
 from gpuwait.analysis.evidence.data_pipeline import DataPipeline
+from gpuwait.analysis.evidence.data_pipeline import throttled as cpu_throttled
 from gpuwait.analysis.evidence.host_transfer import host_transfer
 from gpuwait.analysis.evidence.network import LinkAlignment, Network
 from gpuwait.analysis.evidence.storage import storage
@@ -175,8 +176,10 @@ class VerdictAnalyser:
                     for i, (x, f) in enumerate(zip(act.idle, act.footprint))]
             evidence: dict[str, Sequence[float]] = {
                 "storage": owned.scoped(host_storage),
-                "data_pipeline": _strongest(pipeline.evidence(owned.cores),
-                                            pipeline.refused(owned.cores, owned.runnable) if owned.known else None),
+                "data_pipeline": _strongest(
+                    _strongest(pipeline.evidence(owned.cores),
+                               pipeline.refused(owned.cores, owned.runnable) if owned.known else None),
+                    cpu_throttled(inputs, grid, owner, settings)),
                 "host_transfer": _widened([DIRECT if b else 0.0 for b in host_transfer(gpu_view, grid, g, info, settings)]),
                 "sync": sync_at,
                 "network": network_at,

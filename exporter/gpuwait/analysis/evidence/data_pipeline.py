@@ -8,7 +8,8 @@ Two signs, of different strength:
   cgroup at its quota (Documentation/scheduler/sched-bwc.rst: a throttled group's threads
   stay runnable until the next period) or a host with fewer free cores than runnable
   threads. Each core may look barely busy while the owner's CPU side is the bottleneck:
-  direct evidence.
+  direct evidence. Where the owner's cgroup is read (collectors.cgroup), its own count of
+  throttled periods says the same first-hand.
 - A core is saturated while the owner uses at least that much CPU. A decoder that cannot keep
   up looks like this, but so does a thread spinning in a CUDA synchronisation (the default
   schedule spins when there are more cores than contexts, CUDA Runtime API
@@ -23,6 +24,7 @@ import math
 
 from gpuwait.analysis.attribution import DIRECT, HOST, INFERRED
 from gpuwait.analysis.timeseries import Grid
+from gpuwait.collectors.cgroup import window as cgroup_window
 from gpuwait.collectors.cpu import window as cpu_window
 from gpuwait.core.config import Option, Settings, parse_fraction, parse_positive
 from gpuwait.core.plugin import AnalysisInputs
@@ -35,7 +37,11 @@ RUNNABLE_EXCESS = Option("verdict.cpu.runnable-excess", parse_positive, 1.5,
                          "Runnable threads of an owner per CPU core it receives above which it counts as refused CPU "
                          "(throttled at its quota or crowded out).")
 
-OPTIONS = (SATURATED_RATIO, OWNER_CORES, RUNNABLE_EXCESS)
+THROTTLED_PERIODS = Option("verdict.cpu.throttled-periods", parse_fraction, 0.2,
+                           "Share of its CPU bandwidth periods in which the owner's cgroup quota held its tasks back, "
+                           "at or above which it counts as refused CPU (cpu.stat nr_throttled / nr_periods).")
+
+OPTIONS = (SATURATED_RATIO, OWNER_CORES, RUNNABLE_EXCESS, THROTTLED_PERIODS)
 
 #: Fewer runnable threads than this are within the noise of one snapshot.
 MIN_RUNNABLE = 2
@@ -74,3 +80,18 @@ class DataPipeline:
         c, r = sum(cores) / len(cores), sum(runnable) / len(runnable)
         refused = r >= MIN_RUNNABLE and r >= self.settings[RUNNABLE_EXCESS] * c + 1
         return [DIRECT if refused else 0.0] * self.n
+
+
+def throttled(inputs: AnalysisInputs, grid: Grid, owner: str, settings: Settings) -> list[float] | None:
+    """Direct evidence at the instants whose sampling interval had the owner's cgroup throttled
+    in at least verdict.cpu.throttled-periods of its CFS periods; None when the owner's
+    cgroup is not read."""
+    view = inputs.views.get("owner_cgroup")
+    if view is None or not owner or owner not in cgroup_window.owners(view):
+        return None
+    intervals = cgroup_window.throttled_ratio(view, owner).intervals
+    # Each interval's share holds from its start until the next read (and a little beyond).
+    spacing = (view.times[-1] - view.times[0]) / (len(view.times) - 1) if len(view.times) > 1 else grid.step
+    held = grid.hold(intervals, 1.5 * max(spacing, grid.step))
+    level = settings[THROTTLED_PERIODS]
+    return [DIRECT if r == r and r >= level else 0.0 for r in held]
