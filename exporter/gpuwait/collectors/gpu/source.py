@@ -30,7 +30,7 @@ from gpuwait.nvml.gateway import DeviceResult, Gateway
 from gpuwait.nvml.session import DeviceSession
 from gpuwait.nvml.values import NA
 from gpuwait.owners import kubelet
-from gpuwait.owners.kubelet import KubeletPods
+from gpuwait.owners.kubelet import KubeletPods, KubeletStatus
 from gpuwait.owners.directory import acquire_directory, release_directory
 from gpuwait.owners.tracker import ActivityReport, OwnerTracker
 
@@ -206,6 +206,8 @@ class GpuDeviceSource(Source):
         self._xids: dict[str, Counter] = {}
         self.tracker: OwnerTracker | None = None
         self.kubelet: KubeletPods | None = None
+        #: where the owner cgroup source learns who holds a GPU
+        self.owner_directory = acquire_directory(paths)
 
     def _start_owners(self) -> None:
         # At the first read, not at construction: an exporter that fails to start (a bad
@@ -213,18 +215,15 @@ class GpuDeviceSource(Source):
         if self.processes_enabled and self.tracker is None:
             self.kubelet = kubelet.from_settings(self.settings)
             self.tracker = OwnerTracker(self.paths, resolve_pod=self.kubelet)
-        #: where the owner cgroup source learns who holds a GPU
-        self.owner_directory = acquire_directory(paths)
 
     def read(self) -> Reading:
         t = time.monotonic()
         self._start_owners()
         status = self.gateway.ensure()
-        pods = self.kubelet.status() if self.kubelet is not None else None
         if not status.up:
             gpus = tuple(GpuDevice(i, u, False) for i, u, _ in self.gateway.devices())
             return self.reading(t, GpuDeviceData(False, status.reason, "", "", gpus, self.gateway.error_counts(),
-                                                 kubelet=pods))
+                                                 kubelet=self._kubelet_status()))
         results = self.gateway.run(self._job, lane="slow")
         errors: list[str] = []
         gpus = []
@@ -243,9 +242,13 @@ class GpuDeviceSource(Source):
                 attributed = [a.owner for a in report.owners.values()]
             self.owner_directory.update(attributed)
         gpus = self._with_nics(gpus)
+        # Read after the owners were named: a pod UID the list lacked fetched it during this read.
         data = GpuDeviceData(True, "", status.driver_version, status.cuda_version, tuple(gpus),
-                             self.gateway.error_counts(), owners, pods)
+                             self.gateway.error_counts(), owners, self._kubelet_status())
         return self.reading(t, data, tuple(dict.fromkeys(errors)))
+
+    def _kubelet_status(self) -> KubeletStatus | None:
+        return self.kubelet.status() if self.kubelet is not None else None
 
     def _with_nics(self, gpus: list[GpuDevice]) -> list[GpuDevice]:
         """Each GPU's PCIe relation to each RDMA NIC (A10), and its NUMA node from sysfs where
