@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import datetime
 import http.client
 import ipaddress
 import pathlib
@@ -19,13 +18,11 @@ import time
 import bcrypt
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from gpuwait.core.registry import registry
 from gpuwait.core.errors import ConfigError
 from gpuwait.exposition.webconfig import load_web_config
+from certs import issue, write_pem
 from support import REPO, ExporterProcess, parse_exposition
 
 pytestmark = pytest.mark.integration
@@ -39,66 +36,28 @@ QUIET = [f"--no-collector.{c.name}" for c in registry() if c.name != "cpu"]
 
 # -- certificates -------------------------------------------------------------------------
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _write_pem(path: pathlib.Path, cert: x509.Certificate, key=None) -> None:
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    if key is not None:
-        path.with_suffix(".key").write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-
-
-def _issue(cn: str, issuer_cert, issuer_key, sans: list[x509.GeneralName], *, ca: bool = False, server: bool = False):
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(cn))
-        .issuer_name(issuer_cert.subject if issuer_cert is not None else _name(cn))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    if ca:
-        builder = builder.add_extension(x509.KeyUsage(
-            digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-            key_encipherment=False, data_encipherment=False, key_agreement=False,
-            encipher_only=False, decipher_only=False), critical=True)
-    else:
-        usage = x509.oid.ExtendedKeyUsageOID.SERVER_AUTH if server else x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-    cert = builder.sign(issuer_key if issuer_key is not None else key, hashes.SHA256())
-    return cert, key
-
-
 class Pki:
     def __init__(self, root: pathlib.Path) -> None:
         self.root = root
-        ca, ca_key = _issue("gpuwait test CA", None, None, [], ca=True)
-        rogue_ca, rogue_key = _issue("someone else's CA", None, None, [], ca=True)
+        ca, ca_key = issue("gpuwait test CA", None, None, [], ca=True)
+        rogue_ca, rogue_key = issue("someone else's CA", None, None, [], ca=True)
         self.ca = root / "ca.pem"
-        _write_pem(self.ca, ca)
+        write_pem(self.ca, ca)
         self._ca, self._ca_key = ca, ca_key
         local = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
         self.server = root / "server.pem"
-        _write_pem(self.server, *_issue("gpuwait", ca, ca_key, local, server=True))
+        write_pem(self.server, *issue("gpuwait", ca, ca_key, local, server=True))
         self.client = root / "prometheus.pem"
-        _write_pem(self.client, *_issue("prometheus", ca, ca_key, [x509.DNSName("prometheus.monitoring.svc")]))
+        write_pem(self.client, *issue("prometheus", ca, ca_key, [x509.DNSName("prometheus.monitoring.svc")]))
         self.other_client = root / "grafana.pem"
-        _write_pem(self.other_client, *_issue("grafana", ca, ca_key, [x509.DNSName("grafana.monitoring.svc")]))
+        write_pem(self.other_client, *issue("grafana", ca, ca_key, [x509.DNSName("grafana.monitoring.svc")]))
         self.rogue_client = root / "rogue.pem"
-        _write_pem(self.rogue_client, *_issue("prometheus", rogue_ca, rogue_key, [x509.DNSName("prometheus.monitoring.svc")]))
+        write_pem(self.rogue_client, *issue("prometheus", rogue_ca, rogue_key, [x509.DNSName("prometheus.monitoring.svc")]))
 
     def new_server_cert(self, path: pathlib.Path) -> x509.Certificate:
         local = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-        cert, key = _issue("gpuwait renewed", self._ca, self._ca_key, local, server=True)
-        _write_pem(path, cert, key)
+        cert, key = issue("gpuwait renewed", self._ca, self._ca_key, local, server=True)
+        write_pem(path, cert, key)
         return cert
 
 

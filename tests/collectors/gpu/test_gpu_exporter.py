@@ -20,7 +20,9 @@ pytestmark = pytest.mark.integration
 TIMING = ["--sample.interval=100ms", "--sample.slow-interval=500ms", "--analysis.interval=200ms",
           "--analysis.window=10s", "--collector.gpu.retry-max-interval=1s", "--collector.gpu.call-timeout=500ms"]
 HOST = [f"--path.procfs={HOST_TREE / 'proc'}", f"--path.sysfs={HOST_TREE / 'sys'}"]
-GPU_FAMILIES = {spec.name for spec in CATALOG.values() if spec.source == "gpu"}
+# The gpu collector's own families; its gpuwait_kubelet_* families need a kubelet
+# (tests/integration/test_kubelet_exporter.py).
+GPU_FAMILIES = {spec.name for spec in CATALOG.values() if spec.source == "gpu" and spec.name.startswith("gpuwait_gpu_")}
 
 
 def gpu_names(samples) -> set[str]:

@@ -3,8 +3,10 @@
 from gpuwait.collectors.gpu import metrics, source, window
 from gpuwait.collectors.gpu.payload import GpuDeviceData, GpuFastData
 from gpuwait.core.plugin import CollectorSpec, SourceSpec
+from gpuwait.owners import kubelet
 
-OPTIONS = (source.CALL_TIMEOUT, source.RETRY_MAX_INTERVAL, window.IDLE_THRESHOLD, source.GPM, source.PROCESSES)
+OPTIONS = (source.CALL_TIMEOUT, source.RETRY_MAX_INTERVAL, window.IDLE_THRESHOLD, source.GPM, source.PROCESSES,
+           *kubelet.OPTIONS)
 
 COLLECTOR = CollectorSpec(
     name="gpu",

@@ -12,6 +12,7 @@ from gpuwait.core.metric import MetricSpec
 from gpuwait.core.plugin import Sample, Snapshot
 from gpuwait.owners.cgroup import LABEL_NAMES as OWNER_LABELS
 from gpuwait.owners.cgroup import info_label_values
+from gpuwait.owners.kubelet import KubeletStatus
 
 SOURCE = "gpu"
 G = ("gpu", "uuid")
@@ -139,6 +140,9 @@ METRICS = (
     MetricSpec("gpuwait_gpu_owner_info", "gauge",
                "Always 1 per owner (pod, Slurm job, container, systemd unit or host) of a compute process on the GPU; labels come from the process's cgroup, and owner is the key the other gpuwait_gpu_owner_* series carry. A pod's namespace and name are owner_namespace and owner_pod, apart from the namespace and pod labels of the exporter's own scrape target.",
                labels=G + OWNER_LABELS, source=SOURCE, claims=("A2", "A12")),
+    MetricSpec("gpuwait_gpu_owner_container_info", "gauge",
+               "Always 1 per container of a pod with compute processes on the GPU; container_id comes from the process's cgroup, owner_container is the container's name from the kubelet's pod list, empty while unknown.",
+               labels=G + ("owner", "container_id", "owner_container"), source=SOURCE, claims=("A2", "A12")),
     MetricSpec("gpuwait_gpu_owner_processes", "gauge",
                "Compute processes of the owner on the GPU.",
                labels=G + ("owner",), source=SOURCE, claims=("A2",)),
@@ -160,6 +164,18 @@ METRICS = (
     MetricSpec("gpuwait_gpu_owner_cpu_seconds_total", "counter",
                "CPU time (user and system) of the owner's host processes, exited workers included, since the exporter saw them.",
                labels=("owner",), unit="seconds", source=SOURCE, claims=("A2", "A3")),
+    MetricSpec("gpuwait_kubelet_up", "gauge",
+               "1 when the latest request for the kubelet's pod list (collector.gpu.kubelet-endpoint), which names the pods of GPU owners, succeeded, 0 when it failed; absent where pod names are not looked up.",
+               source=SOURCE, claims=("A12",)),
+    MetricSpec("gpuwait_kubelet_errors_total", "counter",
+               "Failed requests for the kubelet's pod list by cause: token, connect, timeout, tls, unauthorized, forbidden (RBAC), status, protocol, too_large, parse.",
+               labels=("cause",), source=SOURCE, claims=("A12",)),
+    MetricSpec("gpuwait_kubelet_requests_total", "counter",
+               "Requests for the kubelet's pod list, answered or not.",
+               source=SOURCE, claims=("A12",)),
+    MetricSpec("gpuwait_kubelet_pods", "gauge",
+               "Pods whose namespace and name the exporter knows from the kubelet's pod list.",
+               source=SOURCE, claims=("A12",)),
     MetricSpec("gpuwait_gpu_nic_topology_info", "gauge",
                "Always 1 per GPU and RDMA device pair whose PCIe relation sysfs tells: PIX, PXB, PHB, NODE or SYS; GPUDirect RDMA wants PIX or PXB.",
                labels=G + ("device", "relation"), source=SOURCE, claims=_LINKS),
@@ -349,6 +365,8 @@ def _slow(data: GpuDeviceData, has_gpm_pcie: set[tuple[str, str]]) -> Iterator[S
             owner = data.owners.get(use.owner)
             if owner is not None:
                 yield Sample("gpuwait_gpu_owner_info", labels + info_label_values(owner.labels), 1.0)
+            for container_id, container in use.containers:
+                yield Sample("gpuwait_gpu_owner_container_info", labels + (use.owner, container_id, container), 1.0)
             yield Sample("gpuwait_gpu_owner_processes", labels + (use.owner,), use.processes)
             yield Sample("gpuwait_gpu_owner_memory_used_bytes", labels + (use.owner,), use.memory_bytes)
             yield Sample("gpuwait_gpu_owner_utilization_ratio", labels + (use.owner,), use.utilization)
@@ -367,6 +385,8 @@ def _slow(data: GpuDeviceData, has_gpm_pcie: set[tuple[str, str]]) -> Iterator[S
         for gi, metrics in sorted(g.mig_gpm.items()):
             for key, name in _MIG_GPM_GAUGES:
                 yield Sample(name, labels + (str(gi),), metrics.get(key))
+    if data.kubelet is not None:
+        yield from _kubelet(data.kubelet)
     for owner_id, owner in data.owners.items():
         yield Sample("gpuwait_gpu_owner_host_processes", (owner_id,), owner.processes)
         for state in ("running", "blocked", "sleeping", "other"):
@@ -374,6 +394,15 @@ def _slow(data: GpuDeviceData, has_gpm_pcie: set[tuple[str, str]]) -> Iterator[S
         yield Sample("gpuwait_gpu_owner_cpus", (owner_id, "all"), owner.cpus)
         yield Sample("gpuwait_gpu_owner_cpus", (owner_id, "running"), owner.running_cpus)
         yield Sample("gpuwait_gpu_owner_cpu_seconds_total", (owner_id,), owner.cpu_seconds_total)
+
+
+def _kubelet(status: KubeletStatus) -> Iterator[Sample]:
+    if status.up is not None:
+        yield Sample("gpuwait_kubelet_up", (), 1.0 if status.up else 0.0)
+    yield Sample("gpuwait_kubelet_pods", (), status.pods)
+    yield Sample("gpuwait_kubelet_requests_total", (), status.requests)
+    for cause, count in sorted(status.errors.items()):
+        yield Sample("gpuwait_kubelet_errors_total", (cause,), count)
 
 
 def _window(stats: GpuWindowStats, down: set[tuple[str, str]]) -> Iterator[Sample]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuwait.nvml.values import DeviceInfo, GpuProcess, Memory, MigInstance, NvLink, PcieLink
+from gpuwait.owners.kubelet import KubeletStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,9 @@ class OwnerUse:
     memory_bytes: float | None = None
     #: sum of its processes' SM busy ratios (NVML process utilization)
     utilization: float | None = None
+    #: a pod's containers with processes on this GPU: (container id from the cgroup path,
+    #: container name from the kubelet or "" while unknown)
+    containers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,3 +120,5 @@ class GpuDeviceData:
     nvml_errors: dict[tuple[int, str], dict[tuple[str, str], int]] = field(default_factory=dict)
     #: owner id -> state, for the owners of the GPU processes
     owners: dict[str, OwnerState] = field(default_factory=dict)
+    #: the kubelet's pod list, where pod names are looked up (collector.gpu.kubelet-endpoint)
+    kubelet: KubeletStatus | None = None

@@ -29,6 +29,8 @@ from gpuwait.core.source import HostPaths, Source
 from gpuwait.nvml.gateway import DeviceResult, Gateway
 from gpuwait.nvml.session import DeviceSession
 from gpuwait.nvml.values import NA
+from gpuwait.owners import kubelet
+from gpuwait.owners.kubelet import KubeletPods, KubeletStatus
 from gpuwait.owners.directory import acquire_directory, release_directory
 from gpuwait.owners.tracker import ActivityReport, OwnerTracker
 
@@ -202,16 +204,26 @@ class GpuDeviceSource(Source):
         self.processes_enabled = settings[PROCESSES]
         self.gpm_enabled = settings[GPM]
         self._xids: dict[str, Counter] = {}
-        self.tracker = OwnerTracker(paths) if self.processes_enabled else None
+        self.tracker: OwnerTracker | None = None
+        self.kubelet: KubeletPods | None = None
         #: where the owner cgroup source learns who holds a GPU
         self.owner_directory = acquire_directory(paths)
 
+    def _start_owners(self) -> None:
+        # At the first read, not at construction: an exporter that fails to start (a bad
+        # listen address) starts no kubelet thread and logs nothing about pods.
+        if self.processes_enabled and self.tracker is None:
+            self.kubelet = kubelet.from_settings(self.settings)
+            self.tracker = OwnerTracker(self.paths, resolve_pod=self.kubelet)
+
     def read(self) -> Reading:
         t = time.monotonic()
+        self._start_owners()
         status = self.gateway.ensure()
         if not status.up:
             gpus = tuple(GpuDevice(i, u, False) for i, u, _ in self.gateway.devices())
-            return self.reading(t, GpuDeviceData(False, status.reason, "", "", gpus, self.gateway.error_counts()))
+            return self.reading(t, GpuDeviceData(False, status.reason, "", "", gpus, self.gateway.error_counts(),
+                                                 kubelet=self._kubelet_status()))
         results = self.gateway.run(self._job, lane="slow")
         errors: list[str] = []
         gpus = []
@@ -225,14 +237,18 @@ class GpuDeviceSource(Source):
             if pids:
                 report = self.tracker.sample(pids)
                 errors.extend(report.errors)
-                gpus = [replace(g, owners=_owner_uses(g, report)) for g in gpus]
+                gpus = [replace(g, owners=_owner_uses(g, report, self.kubelet)) for g in gpus]
                 owners = _owner_states(report)
                 attributed = [a.owner for a in report.owners.values()]
             self.owner_directory.update(attributed)
         gpus = self._with_nics(gpus)
+        # Read after the owners were named: a pod UID the list lacked fetched it during this read.
         data = GpuDeviceData(True, "", status.driver_version, status.cuda_version, tuple(gpus),
-                             self.gateway.error_counts(), owners)
+                             self.gateway.error_counts(), owners, self._kubelet_status())
         return self.reading(t, data, tuple(dict.fromkeys(errors)))
+
+    def _kubelet_status(self) -> KubeletStatus | None:
+        return self.kubelet.status() if self.kubelet is not None else None
 
     def _with_nics(self, gpus: list[GpuDevice]) -> list[GpuDevice]:
         """Each GPU's PCIe relation to each RDMA NIC (A10), and its NUMA node from sysfs where
@@ -320,24 +336,31 @@ class GpuDeviceSource(Source):
 
     def close(self) -> None:
         release_directory(self.paths)
+        if self.kubelet is not None:
+            self.kubelet.close()
         if self._own_gateway:
             release_gateway(self.gateway)
 
 
-def _owner_uses(gpu: GpuDevice, report: ActivityReport) -> tuple[OwnerUse, ...]:
+def _owner_uses(gpu: GpuDevice, report: ActivityReport, pods: KubeletPods | None = None) -> tuple[OwnerUse, ...]:
     uses: dict[str, list] = {}
+    containers: dict[str, dict[str, str]] = {}
     for process in gpu.processes or ():
         owner = report.owner_of.get(process.pid)
         if owner is None:
             continue  # exited since NVML listed it, or unreadable (counted in errors)
         use = uses.setdefault(owner.id, [0, None, None])
+        if owner.kind == "kubernetes" and owner.container_id:
+            name = pods.container_name(owner.pod_uid, owner.container_id) if pods is not None else None
+            containers.setdefault(owner.id, {})[owner.container_id] = name or ""
         use[0] += 1
         if process.used_memory_bytes is not None:
             use[1] = (use[1] or 0.0) + process.used_memory_bytes
         share = gpu.process_sm.get(process.pid)
         if share is not None:
             use[2] = (use[2] or 0.0) + share
-    return tuple(OwnerUse(owner, n, memory, None if sm is None else min(1.0, sm))
+    return tuple(OwnerUse(owner, n, memory, None if sm is None else min(1.0, sm),
+                          tuple(sorted(containers.get(owner, {}).items())))
                  for owner, (n, memory, sm) in sorted(uses.items()))
 
 

@@ -57,7 +57,8 @@ MOUNTSTATS_PATH = Option(
     "collector.nfs.mountstats-path", str, "self/mountstats",
     "mountstats file of the NFS collector, relative to --path.procfs (an absolute path is used as is)."
     " self/mountstats lists the mounts of the exporter's own mount namespace; in a container with the"
-    " host's /proc mounted and hostPID, 1/mountstats lists the host's (readable by root only).",
+    " host's /proc mounted and hostPID, 1/mountstats lists the host's (mode 0400, owned by root: readable"
+    " by user 0 without capabilities, or by another user with CAP_DAC_READ_SEARCH).",
     "PATH",
 )
 OPS = Option(
