@@ -1,10 +1,10 @@
 """Builds the evaluation traces and their truths.
 
-    python3 -m evaluation.generate --out DIR [--only NAME,...] [--kind steady|onset] [--seed N] [--v1] [--jobs N] [--list]
+    python3 -m evaluation.generate --out DIR [--scenario NAME,...] [--kind steady|onset] [--seed N] [--jobs N] [--list]
 
-Each scenario gives DIR/NAME.jsonl.gz (a gpuwait trace) and DIR/NAME.truth.json. ``--v1``
-leaves out the sources of trace format version 2 (owner_cgroup, nccl) and writes version-1
-traces that today's reader accepts.
+Each scenario gives DIR/NAME.jsonl.gz (a gpuwait trace) and DIR/NAME.truth.json. The traces
+hold the sources that the gpuwait trace reader importable here knows (version 1's without
+one), so a trace is always one this checkout can replay.
 """
 
 from __future__ import annotations
@@ -15,30 +15,40 @@ import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
+from evaluation.exporter import VERSION_1, TraceFormat, installed_format
 from evaluation.record import Recorder
-from evaluation.scenarios import Scenario, select
+from evaluation.scenarios import WARMUP, Scenario, check_failures, select
 from evaluation.truth import WINDOW, Meter, citations
 
-#: model time run before recording starts, so queues, prefetch and temperatures settle
-WARMUP = 10.0
+
+def default_format() -> TraceFormat:
+    try:
+        return installed_format()
+    except ImportError:
+        return VERSION_1
 
 
-def generate(scenario: Scenario, out_dir: str, seed: int = 1, v1: bool = False) -> dict:
+def generate(scenario: Scenario, out_dir: str, seed: int = 1, fmt: TraceFormat = VERSION_1,
+             duration: float | None = None, onset: float | None = None) -> dict:
+    """Runs ``scenario`` and writes its trace and truth into ``out_dir``. ``duration`` and
+    ``onset`` (seconds of trace) shorten a run, for tests; the scored windows then shrink to
+    fit."""
+    duration = scenario.duration if duration is None else duration
     built = scenario.build(seed)
     node = built.node
-    end = WARMUP + scenario.duration
+    end = WARMUP + duration
     if scenario.kind == "onset":
-        onset = WARMUP + scenario.onset
-        windows = [("before", onset - WINDOW, onset), ("after", end - WINDOW, end)]
+        at = WARMUP + (scenario.onset if onset is None else onset)
+        if not WARMUP < at < end:
+            raise ValueError(f"{scenario.name}: onset {at - WARMUP} s is outside the {duration} s trace")
+        windows = [("before", at - min(WINDOW, at - WARMUP), at), ("after", end - min(WINDOW, end - at), end)]
         if built.onset_action is not None:
-            node.at(onset, built.onset_action)
+            node.at(at, built.onset_action)
     else:
-        windows = [("scored", end - WINDOW, end)]
-    has_v2 = (not v1) and (any(o.gpu_processes for o in node.owners))
-    version = 2 if has_v2 else 1
+        windows = [("scored", end - min(WINDOW, duration), end)]
     os.makedirs(out_dir, exist_ok=True)
     trace = os.path.join(out_dir, f"{scenario.name}.jsonl.gz")
-    recorder = Recorder(node, trace, scenario.name, seed, version, start=WARMUP)
+    recorder = Recorder(node, trace, scenario.name, seed, fmt, start=WARMUP)
     meter = Meter(node, windows)
     while node.t < end - 1e-9:
         node.step()
@@ -59,47 +69,53 @@ def generate(scenario: Scenario, out_dir: str, seed: int = 1, v1: bool = False) 
                     owner_of.setdefault(g.index, o.id)
     truth = {
         "scenario": scenario.name, "title": scenario.title, "kind": scenario.kind, "family": scenario.family,
-        "story": scenario.story, "seed": seed, "trace": os.path.basename(trace), "trace_version": version,
+        "story": scenario.story, "seed": seed, "trace": os.path.basename(trace), "trace_format": fmt.key,
+        "trace_version": fmt.version, "sources": list(recorder.sources),
         "host": node.hostname, "cores": node.cpu.n, "gpu_model": node.gpus[0].spec.name if node.gpus else "",
-        "duration_seconds": scenario.duration, "claims": list(scenario.claims),
+        "duration_seconds": duration, "claims": list(scenario.claims),
         "windows": {w.name: [trace_time(w.start), trace_time(w.end)] for w in meter.windows},
         "feeders": {w.name: meter.feeders(w) for w in meter.windows},
         "evidence": {w.name: meter.cgroups(w) for w in meter.windows},
     }
     if scenario.kind == "onset":
-        truth["onset_seconds"] = trace_time(WARMUP + scenario.onset)
+        truth["onset_seconds"] = trace_time(at)
     gpus = []
     for g in node.gpus:
         entry = {"gpu": g.index, "uuid": g.uuid, "owner": owner_of.get(g.index, "")}
         if scenario.kind == "onset":
             for label, table, w in (("before", built.before, meter.windows[0]), ("after", built.truth, meter.windows[1])):
-                gt = table[g.index]
-                entry[label] = _entry(gt, meter.physics(w, g.index))
+                entry[label] = _entry(table[g.index], meter.physics(w, g.index))
         else:
             entry.update(_entry(built.truth[g.index], meter.physics(meter.windows[0], g.index)))
         gpus.append(entry)
     truth["gpus"] = gpus
-    with open(os.path.join(out_dir, f"{scenario.name}.truth.json"), "w") as f:
+    # The physics each truth's argument rests on, measured on the model: a failure means the
+    # model did not do what the argument says, and the scorer reports it.
+    truth["physics_failures"] = check_failures(scenario, truth) if duration == scenario.duration else []
+    # written whole or not at all: a truth file is what marks a scenario as generated
+    path = os.path.join(out_dir, f"{scenario.name}.truth.json")
+    with open(path + ".part", "w") as f:
         json.dump(truth, f, indent=1, sort_keys=True)
         f.write("\n")
+    os.replace(path + ".part", path)
     return truth
 
 
 def _entry(gt, physics: dict) -> dict:
-    return {"expected": gt.expected, "expected_v1": gt.expected_v1 or gt.expected,
-            "collective_stalled": gt.collective_stalled, "reason": gt.reason, "citations": citations(gt.cites),
-            "physics": physics}
+    return {"expected": gt.expected, "collective_stalled": gt.collective_stalled, "reason": gt.reason,
+            "citations": citations(gt.cites), "physics": physics}
 
 
-def _one(args: tuple[str, str, int, bool]) -> str:
-    name, out, seed, v1 = args
-    scenario = select(name)[0]
-    generate(scenario, out, seed, v1)
+def _one(args: tuple[str, str, int, TraceFormat]) -> str:
+    name, out, seed, fmt = args
+    truth = generate(select(name)[0], out, seed, fmt)
+    for failure in truth["physics_failures"]:
+        print(f"evaluation.generate: physics check failed: {failure}", file=sys.stderr)
     return name
 
 
-def generate_all(scenarios: list[Scenario], out: str, seed: int, v1: bool, jobs: int = 1) -> list[str]:
-    work = [(s.name, out, seed, v1) for s in scenarios]
+def generate_all(scenarios: list[Scenario], out: str, seed: int, fmt: TraceFormat, jobs: int = 1) -> list[str]:
+    work = [(s.name, out, seed, fmt) for s in scenarios]
     if jobs <= 1 or len(work) <= 1:
         return [_one(w) for w in work]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -109,23 +125,22 @@ def generate_all(scenarios: list[Scenario], out: str, seed: int, v1: bool, jobs:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m evaluation.generate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="evaluation-out")
-    parser.add_argument("--only", default="", help="comma-separated scenario names")
+    parser.add_argument("--scenario", default="", help="comma-separated scenario names")
     parser.add_argument("--kind", choices=("steady", "onset"), default=None)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--v1", action="store_true", help="version-1 traces: leave out owner_cgroup and nccl")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args(argv)
     try:
-        scenarios = select(args.only or None, args.kind)
+        scenarios = select(args.scenario or None, args.kind)
     except KeyError as e:
         print(f"evaluation.generate: {e.args[0]}", file=sys.stderr)
         return 2
     if args.list:
         for s in scenarios:
-            print(f"{s.name:34s} {s.kind:6s} {s.title}")
+            print(f"{s.name:36s} {s.kind:6s} {s.title}")
         return 0
-    for name in generate_all(scenarios, args.out, args.seed, args.v1, args.jobs):
+    for name in generate_all(scenarios, args.out, args.seed, default_format(), args.jobs):
         print(f"{args.out}/{name}.jsonl.gz")
     return 0
 

@@ -3,7 +3,9 @@ as a trace (docs/trace-format.md) directly as JSON.
 
 Fast sources are read every 100 ms and slow ones every 5 s, each at its own phase within the
 interval with sub-millisecond jitter, as independent reader threads would; ``owner_cgroup``
-and ``nccl`` (trace format version 2) every second. The ``gpu`` source hands the driver's
+and ``nccl`` every second, where the trace format being written has them (a format is a
+version and the sources its reader knows: ``evaluation.exporter.TraceFormat``). The ``gpu``
+source hands the driver's
 utilization samples over once they are readable (20-30 ms after the end of their period)
 and files them, with the values read at the tick itself, into window rows on the
 sample-interval grid, stamped relative to the reading.
@@ -27,8 +29,6 @@ SAMPLE_READABLE_AFTER = (0.02, 0.03)
 MAX_ROW_HOLD = 1.0
 #: wall clock of the model's boot (2026-11-20 08:00:00 UTC), for wall-time fields
 BOOT_WALL = 1795161600.0
-
-V2_SOURCES = ("owner_cgroup", "nccl")
 
 
 class RowSlots:
@@ -62,15 +62,14 @@ class RowSlots:
 
 
 class Recorder:
-    def __init__(self, node, path: str, scenario: str, seed: int, version: int, workload_owners=(),
-                 start: float = 0.0) -> None:
+    def __init__(self, node, path: str, scenario: str, seed: int, fmt, start: float = 0.0) -> None:
         self.node = node
-        self.version = version
+        self.format = fmt
         self.path = path
         self.rng = stream(seed, "recorder", scenario)
         self.file = gzip.open(path, "wt", encoding="utf-8", compresslevel=5) if path.endswith(".gz") else open(path, "w")
         self.origin: float | None = None
-        header = {"format": "gpuwait-trace", "version": version,
+        header = {"format": "gpuwait-trace", "version": fmt.version,
                   "created": "2026-11-24T10:00:00Z", "host": node.hostname,
                   "meta": {"generator": "gpuwait evaluation set", "scenario": scenario, "seed": seed,
                            "sample_interval": SAMPLE_INTERVAL, "slow_interval": SLOW_INTERVAL,
@@ -81,17 +80,16 @@ class Recorder:
                   "owner_cgroup": 0.43, "nccl": 0.61}
         intervals = {"gpu_device": SLOW_INTERVAL, "nfs": SLOW_INTERVAL, "rdma": SLOW_INTERVAL, "workload": SLOW_INTERVAL,
                      "owner_cgroup": CGROUP_INTERVAL, "nccl": CGROUP_INTERVAL}
-        self.sources = ["cpu", "pressure", "diskstats", "netdev", "gpu", "gpu_device"]
+        sources = ["cpu", "pressure", "diskstats", "netdev", "gpu", "gpu_device", "owner_cgroup"]
         if node.mounts:
-            self.sources.append("nfs")
+            sources.append("nfs")
         if node.ports:
-            self.sources += ["rdma_traffic", "rdma"]
+            sources += ["rdma_traffic", "rdma"]
         if any(getattr(j, "instrumented", False) for j in node.jobs):
-            self.sources.append("workload")
-        if version >= 2:
-            self.sources.append("owner_cgroup")
-            if any(getattr(j, "inspector", False) for j in node.jobs):
-                self.sources.append("nccl")
+            sources.append("workload")
+        if any(getattr(j, "inspector", False) for j in node.jobs):
+            sources.append("nccl")
+        self.sources = [s for s in sources if s in fmt.sources]
         self.interval = {s: intervals.get(s, SAMPLE_INTERVAL) for s in self.sources}
         self.next = {s: start + phases[s] for s in self.sources}
         self.slots = RowSlots(SAMPLE_INTERVAL)
@@ -277,44 +275,54 @@ class Recorder:
                 records.append(rec)
         return {"records": records}
 
-    # -- version 2 -------------------------------------------------------------------------
+    # -- sources of later format versions ----------------------------------------------------
     def _owner_cgroup(self, t):
+        """Each GPU owner's cgroup as cgroup v2 shows it: cpu.stat (usage, and with a quota
+        nr_periods, nr_throttled, throttled_usec), cpu.max, the pressure files and io.stat."""
         owners = {}
         for o in self.node.owners:
             if not o.gpu_processes:
                 continue
             g = o.cgroup
+            limited = g.quota_cores is not None
             owners[o.id] = {
                 "path": g.path, "version": 2,
                 "cpu_usage_seconds": round(g.usage, 6), "cpu_user_seconds": round(g.user, 6),
                 "cpu_system_seconds": round(g.system, 6),
-                "cpu_periods": g.nr_periods if g.quota_cores is not None else 0,
-                "cpu_throttled_periods": g.nr_throttled if g.quota_cores is not None else 0,
-                "cpu_throttled_seconds": round(g.throttled_seconds, 6) if g.quota_cores is not None else 0.0,
+                # cpu.stat has the bandwidth lines only while a quota is set
+                "cpu_periods": g.nr_periods if limited else None,
+                "cpu_throttled_periods": g.nr_throttled if limited else None,
+                "cpu_throttled_seconds": round(g.throttled_seconds, 6) if limited else None,
                 "cpu_quota_cores": g.quota_cores,
                 "pressure": [[list(k), round(v, 6)] for k, v in g.stall.items()],
                 "io": {dev: {"read_bytes": c[0], "write_bytes": c[1], "reads": c[2], "writes": c[3],
                              "discard_bytes": 0, "discards": 0} for dev, c in sorted(g.io.items())},
             }
-        return {"owners": owners}
+        devices = {d.key: d.name for d in self.node.disks}
+        return {"owners": owners, "devices": devices}
 
     def _nccl(self, t):
+        """What NCCL Inspector wrote since the previous read, per (communicator, rank): one
+        record per completed collective, with its kernel_gpu execution time, message size and
+        bus bandwidth (NVIDIA/nccl ext-profiler/inspector/README.md)."""
         ranks = []
         node = self.node
+        read_unix = BOOT_WALL + t
         for job in node.jobs:
             if not getattr(job, "inspector", False):
                 continue
             n_ranks = len(job.ranks) * job.nodes
+            bus_factor = 2 * (n_ranks - 1) / n_ranks
             for r in job.ranks:
                 key = (id(job), r.index)
                 seen = self.nccl_seen.get(key, 0)
                 new = [c for c in r.collectives[seen:] if c[0] <= t]
                 self.nccl_seen[key] = seen + len(new)
-                last = r.collectives[seen + len(new) - 1] if seen + len(new) > 0 else None
-                bus_factor = 2 * (n_ranks - 1) / n_ranks
+                done = r.collectives[:seen + len(new)]
+                last = done[-1] if done else None
                 ranks.append({
-                    "comm": job.comm_id, "rank": job_rank_offset(job) + r.index, "n_ranks": n_ranks, "n_nodes": job.nodes,
-                    "pid": r.process.pid, "hostname": node.hostname, "device": r.gpu.index,
+                    "comm": job.comm_id, "rank": job_rank_offset(job) + r.index, "n_ranks": n_ranks,
+                    "n_nodes": job.nodes, "pid": r.process.pid, "hostname": node.hostname, "device": r.gpu.index,
                     "collectives": len(new),
                     "exec_seconds": round(sum(c[1] for c in new), 6),
                     "max_exec_seconds": round(max((c[1] for c in new), default=0.0), 6),
@@ -322,10 +330,20 @@ class Recorder:
                     "bus_bytes": float(sum(c[2] * bus_factor for c in new)),
                     "last_seq": last[3] if last else None,
                     "last_unix": round(BOOT_WALL + last[0], 6) if last else None,
-                    "timing_source": "kernel_gpu",
+                    "timing_source": "kernel_gpu", "kind": "collective", "comm_name": "",
+                    "device_uuid": r.gpu.uuid,
+                    "collectives_total": len(done),
+                    "exec_seconds_total": round(sum(c[1] for c in done), 6),
+                    "msg_bytes_total": float(sum(c[2] for c in done)),
+                    "bus_bytes_total": float(sum(c[2] * bus_factor for c in done)),
                 })
-        return {"ranks": ranks, "files": len(ranks), "bytes_read": 380 * sum(x["collectives"] for x in ranks),
-                "malformed": 0, "wall_minus_monotonic": BOOT_WALL}
+        record_bytes = 380
+        new_records = sum(x["collectives"] for x in ranks)
+        total_records = sum(x["collectives_total"] for x in ranks)
+        return {"ranks": ranks, "files": len(ranks), "bytes_read": record_bytes * new_records, "malformed": 0,
+                "read_unix": round(read_unix, 6), "skipped_bytes": 0, "unsupported": 0,
+                "bytes_read_total": record_bytes * total_records, "malformed_total": 0, "skipped_bytes_total": 0,
+                "unsupported_total": 0, "evicted_total": 0}
 
 
 def job_rank_offset(job) -> int:

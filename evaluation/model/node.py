@@ -167,6 +167,10 @@ class Node:
                          self.stream("rdma", dev), self.uptime0)
             self.ports.append(p)
             out.append(p)
+            if link_layer == "Ethernet":
+                # A RoCE port is also a netdev, listed in /proc/net/dev; the RDMA traffic the
+                # port carries bypasses the kernel's stack and is not counted there.
+                self.add_nic(netdev, rate_bytes, mtu=9000, irq_core=i % self.cpu.n)
         return out
 
     # -- owners and processes --------------------------------------------------------------
