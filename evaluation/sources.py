@@ -7,13 +7,22 @@ CITATIONS: dict[str, str] = {
     "nvml-util": "NVML API Reference, nvmlUtilization_t / nvmlDeviceGetSamples: gpu = percent of time over the past "
                  "sample period during which one or more kernels was executing; each sample period is between 1 s "
                  "and 1/6 s depending on the product. https://docs.nvidia.com/deploy/nvml-api/structnvmlUtilization__t.html",
+    "nvml-memutil": "NVML API Reference, nvmlUtilization_t: memory = percent of time over the past sample period "
+                    "during which global (device) memory was being read or written. "
+                    "https://docs.nvidia.com/deploy/nvml-api/structnvmlUtilization__t.html",
+    "nvml-power": "NVML API Reference, nvmlDeviceGetPowerUsage: the power usage for the GPU and its associated "
+                  "circuitry in milliwatts; CMOS dynamic power grows with switching activity and clock, so a kernel "
+                  "spinning on a few SMs draws far less than dense compute. "
+                  "https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html",
     "nvml-gpm": "NVML API Reference, GPM Enums and Functions: NVML_GPM_METRIC_SM_UTIL = percentage of SMs that were "
                 "busy, DRAM_BW_UTIL = percentage of peak DRAM bandwidth, computed from two samples; Hopper or newer. "
                 "https://docs.nvidia.com/deploy/nvml-api/group__nvmlGpmEnums.html",
     "dcgm-gpm-period": "NVIDIA/DCGM#310: profiling (GPM) metrics are valid only over periods of 100 ms or more on Hopper.",
     "nvml-clocks": "NVML API Reference, nvmlClocksEventReasons: SwPowerCap = the clocks have been optimized to ensure "
-                   "not to exceed currently set power limits; SwThermalSlowdown; GpuIdle = nothing is running and the "
-                   "clocks are dropping to idle. https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html",
+                   "not to exceed currently set power limits; SwThermalSlowdown; HwSlowdown and HwPowerBrakeSlowdown = "
+                   "reducing the core clocks by a factor of 2 or more, e.g. External Power Brake Assertion triggered by "
+                   "the system power supply; GpuIdle = nothing is running and the clocks are dropping to idle. "
+                   "https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html",
     "nvml-pcie": "NVML API Reference: nvmlDeviceGetCurrPcieLinkGeneration/Width against nvmlDeviceGetMaxPcieLink"
                  "Generation/Width (a link that trained below its maximum), NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES and "
                  "nvmlDeviceGetPcieReplayCounter. PCIe lane rate after encoding: Gen3 8 GT/s 128b/130b = 0.985 GB/s, "

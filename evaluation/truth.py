@@ -22,15 +22,13 @@ class GpuTruth:
     expected: str
     reason: str
     cites: list[str]
-    #: where a version-1 trace (no owner_cgroup, no nccl) leaves the answer more open
-    expected_v1: str | None = None
+    #: the job's collective never completes (a hang): no verdict names it, a detector should
     collective_stalled: bool = False
 
     def __post_init__(self) -> None:
-        for value in filter(None, (self.expected, self.expected_v1)):
-            for v in value.split("|"):
-                if v not in VERDICTS:
-                    raise ValueError(f"unknown verdict {v!r}")
+        for v in self.expected.split("|"):
+            if v not in VERDICTS:
+                raise ValueError(f"unknown verdict {v!r}")
         cite(*self.cites)
         if not self.reason.strip():
             raise ValueError("a truth needs its argument")
@@ -97,7 +95,7 @@ class Meter:
             for g in node.gpus:
                 w.busy[g.index] = w.busy.get(g.index, 0.0) + g.step_busy
                 w.sm[g.index] = w.sm.get(g.index, 0.0) + g.step_sm
-                reduced = g.step_busy > 0 and min(g.f_power, g.f_thermal) < 0.995
+                reduced = g.step_busy > 0 and g.clock_factor < 0.995
                 w.throttled[g.index] = w.throttled.get(g.index, 0.0) + (g.step_busy if reduced else 0.0)
                 w.samples.setdefault(g.index, []).extend(s[1] for s in fresh[g.index] if s[0] >= w.start)
             if abs(t_end - w.end) < dt / 2:
@@ -121,7 +119,7 @@ class Meter:
 
     def cgroups(self, w: Window) -> dict[str, dict]:
         """What the window's host and owner counters say, as rates: the evidence a reader of
-        the trace can see (v2 for the owner cgroups)."""
+        the trace can see (the owner cgroups where the format has owner_cgroup)."""
         span = w.end - w.start
         a, b = w.cgroups_start, w.cgroups_end
         if not a or not b:

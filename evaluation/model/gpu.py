@@ -19,13 +19,14 @@ clocks, power, temperature and the clock-event reasons.
   what the work draws, the driver lowers clocks until the draw fits (SwPowerCap: "the clocks
   have been optimized to ensure not to exceed currently set power limits"). Temperature
   follows the power through the cooling's thermal resistance with a time constant; above the
-  slowdown temperature the clocks come down (SwThermalSlowdown). Kernels slow with the clock
-  by how compute-bound they are.
+  slowdown temperature the clocks come down (SwThermalSlowdown). An external power brake
+  (the chassis or power supply asserting it) halves the clocks at once
+  (HwPowerBrakeSlowdown: "reducing the core clocks by a factor of 2 or more"). Kernels slow
+  with the clock by how compute-bound they are.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -40,6 +41,9 @@ SW_POWER_CAP = 0x4
 HW_SLOWDOWN = 0x8
 SW_THERMAL = 0x20
 HW_THERMAL = 0x40
+HW_POWER_BRAKE = 0x80
+#: the clock an asserted power brake leaves, as a share of the maximum
+POWER_BRAKE_FACTOR = 0.5
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,8 @@ class Gpu:
         self.temperature = ambient + 8.0
         self.f_power = 1.0
         self.f_thermal = 1.0
+        #: an external power brake asserted on the board
+        self.power_brake = False
         self.intensity_avg = 0.0
         self.power = spec.idle_watts
         self.energy = uptime * spec.idle_watts * 1.5
@@ -203,12 +209,17 @@ class Gpu:
         self._gpm_bytes[3] += nbytes_each_way
 
     @property
+    def clock_factor(self) -> float:
+        """The SM clock as a share of its maximum: the lowest that power, heat or a brake allow."""
+        return min(self.f_power, self.f_thermal, POWER_BRAKE_FACTOR if self.power_brake else 1.0)
+
+    @property
     def link_rate(self) -> float:
         return PCIE_LANE_BYTES[self.link_generation] * self.link_width
 
     # -- one step --------------------------------------------------------------------------
     def step(self, t: float, dt: float) -> None:
-        f = min(self.f_power, self.f_thermal)
+        f = self.clock_factor
         busy = sm = occ = tensor = dram = energy_int = 0.0
         tags: dict[str, float] = {}
         remaining = dt
@@ -313,6 +324,8 @@ class Gpu:
                 reasons |= SW_THERMAL
         if self.temperature >= spec.hw_slowdown_celsius:
             reasons |= HW_SLOWDOWN | HW_THERMAL
+        if self.power_brake:
+            reasons |= HW_SLOWDOWN | HW_POWER_BRAKE
         self.reasons = reasons
         self.pcie_replays += self.replay_rate * dt
         # driver utilization samples, stamped at the end of their period
@@ -363,7 +376,7 @@ class Gpu:
     def sm_clock(self, t: float) -> float:
         if t - self.last_busy > 1.0:
             return self.spec.idle_sm_hz
-        return round(self.spec.max_sm_hz * min(self.f_power, self.f_thermal) / 15e6) * 15e6
+        return round(self.spec.max_sm_hz * self.clock_factor / 15e6) * 15e6
 
     def samples_since(self, count: int) -> list[tuple[float, float, float]]:
         """The samples produced after the first ``count``."""

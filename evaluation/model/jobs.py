@@ -154,6 +154,8 @@ class Rank:
         self.steps = 0
         self.samples = 0
         self.time = {}
+        #: model time of this rank's next checkpoint (None: not scheduled yet)
+        self.next_checkpoint: float | None = None
         #: NCCL Inspector records: (end time, exec seconds, message bytes, sequence number)
         self.collectives: list[tuple[float, float, float, int]] = []
 
@@ -283,7 +285,6 @@ class TrainingJob:
         p = self.profile
         rng = node.stream("rank", self.name, r.index)
         step = 0
-        next_checkpoint = self.checkpoint.first if self.checkpoint else None
         while True:
             while self.paused:
                 r.phase = "idle"
@@ -311,22 +312,29 @@ class TrainingJob:
             r.phase = "compute"
             work = self.compute_time(r.index)
             k = gpu.launch(Kernel(work, p.sm, p.occ, p.tensor, p.dram, p.power, p.sens))
-            yield from wait(main, lambda: k.done, hw)
+            exchange = self.grad_bytes and (self.host_staged or len(self.ranks) > 1 or self.nodes > 1)
+            if exchange:
+                yield from wait(main, lambda: k.done, hw)
             # 4. gradients
-            if self.host_staged and self.grad_bytes:
+            if exchange and self.host_staged:
                 yield from self._host_staged_allreduce(r, step)
-            elif self.grad_bytes and (len(self.ranks) > 1 or self.nodes > 1):
+            elif exchange:
                 yield from self._allreduce(r, step)
-            # 5. optimizer
+            # 5. optimizer: queued behind the backward kernels when nothing is exchanged, as
+            # the framework launches asynchronously; the step ends in one synchronize
             r.phase = "compute"
             k = gpu.launch(Kernel(self.compute_mean * self.optimizer, 0.6, 0.3, 0.05, 0.7, 0.6, 0.4))
             yield from wait(main, lambda: k.done, hw)
             r.steps += 1
             r.samples += self.samples_per_step
             step += 1
-            if next_checkpoint is not None and node.t >= next_checkpoint:
-                yield from self._checkpoint(r)
-                next_checkpoint += self.checkpoint.interval
+            ck = self.checkpoint
+            if ck is not None:
+                if r.next_checkpoint is None:
+                    r.next_checkpoint = ck.first
+                if node.t >= r.next_checkpoint:
+                    yield from self._checkpoint(r)
+                    r.next_checkpoint += ck.interval
 
     def _allreduce(self, r: Rank, step: int):
         node, gpu, main = self.node, r.gpu, r.main

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 
 from evaluation.truth import GpuTruth
 
+#: model time run before recording starts, so queues, prefetch and temperatures settle
+WARMUP = 10.0
+
 
 @dataclass
 class Check:
@@ -38,7 +41,7 @@ class Scenario:
     title: str
     build: Callable[[int], Built]
     kind: str = "steady"
-    duration: float = 80.0
+    duration: float = 75.0
     onset: float | None = None
     claims: tuple[str, ...] = ()
     checks: tuple[Check, ...] = ()

@@ -8,7 +8,7 @@ from evaluation.model.gpu import A100_SXM, H100_SXM, L40S
 from evaluation.model.jobs import (Checkpoint, DiskReader, Fabric, Feed, InferenceServer, NfsReader, Profile,
                                    TrainingJob, backup_agent, compile_job, idle_holder, log_shipper, nfs_tenant)
 from evaluation.scenarios import Built, Check, Scenario, register
-from evaluation.scenarios.hosts import GBE, disk, host, nic
+from evaluation.scenarios.hosts import disk, host, nic
 from evaluation.truth import GpuTruth
 
 ALL8 = tuple(range(8))
@@ -397,12 +397,13 @@ register(Scenario(
 def _straggler_nogpm(seed: int) -> Built:
     node = _straggler(seed, A100_SXM, "a100-node-72", 6, "slurm")
     peer = GpuTruth(
-        "sync|none",
+        "sync",
         "GPU 6's rank is slow on most steps; the other seven wait for it in NCCL's resident kernel, ~40 % of the "
         "window. A100s have no GPM: to NVML a spinning NCCL kernel is a running kernel, so utilization reads ~100 % "
-        "on every GPU and nothing in the GPU counters separates waiting from computing (no network traffic, one node). "
-        "Sync is right; 'none' is what the available evidence allows and is accepted.",
-        ["nccl-spin", "nvml-util", "nvml-gpm"])
+        "on every GPU (one node, no network traffic). What does separate the wait from computing is what the kernel "
+        "does: spinning on a few SMs it barely touches device memory, so the driver's memory-utilization samples "
+        "fall to near 0 while it waits, and the board draws little more than idle power. The GPU waits on a peer.",
+        ["nccl-spin", "nccl-sm", "nvml-util", "nvml-memutil", "nvml-power"])
     slow = GpuTruth("none", "The straggler computes ~95 % of the time: it is waited for, not waiting.",
                     ["nvml-util"])
     return Built(node, {i: (slow if i == 6 else peer) for i in ALL8})
@@ -421,13 +422,13 @@ def _nccl_ib_nogpm(seed: int) -> Built:
                 feed=Feed(mode="loader", workers=4, prefetch=2, decode=0.2), grad_bytes=3.2e9, nodes=8,
                 fabric=Fabric(node.ports, goodput=0.8, goodput_cv=0.06, congestion=0.05))
     t = GpuTruth(
-        "network|none",
+        "network",
         "A 3.2 GB all-reduce across 8 nodes over HDR InfiniBand (200 Gb/s per GPU) takes ~0.33 s of a ~0.85 s step. "
         "NCCL's kernel is resident throughout, so NVML utilization is ~100 % and the A100 has no GPM to show SM "
-        "activity falling to NCCL's footprint. The IB ports burst every step but no utilization dip lines up with "
-        "them. The GPUs do wait on the network ~40 % of the time; with these counters 'none' cannot be told apart "
-        "and is accepted.",
-        ["nccl-spin", "nvml-util", "nvml-gpm", "nccl-sm"])
+        "activity falling to NCCL's footprint. The IB ports burst every step, and while they do the driver's "
+        "memory-utilization samples and the power draw fall (a kernel moving data through a few SMs is not a GEMM). "
+        "The GPUs wait on the network ~40 % of the time.",
+        ["nccl-spin", "nvml-util", "nvml-memutil", "nvml-power", "nccl-sm"])
     return Built(node, same(ALL8, t))
 
 
@@ -491,12 +492,11 @@ def _inference_same_util(seed: int) -> Built:
         InferenceServer(node, unit, g, name=f"reranker{g.index}", rate=10.0, cpu_per_request=0.004,
                         gpu_per_request=0.055)
     t = GpuTruth(
-        "none|insufficient_work",
+        "none",
         "A reranker replica per GPU serves Poisson traffic at ~10 requests/s of ~55 ms GPU work each: utilization "
-        "~55 %, idle gaps of random length between requests, many shorter than a sample. The server thread waits on "
-        "an empty queue between requests (asleep, no IO, no CPU pressure) and answers every request as it comes: the "
-        "idle time is the request load's, not a wait (A13). With demand present and no upstream wait, "
-        "insufficient_work is also accepted.",
+        "~55 %, idle gaps of random length between requests, many shorter than a sample. The GPU idles only while "
+        "no request is queued: the server thread then waits on an empty queue (asleep, no IO, no CPU pressure), and "
+        "a request that arrives is launched at once. The idle time is the request load's, not a wait (A1, A13).",
         ["nvml-util", "cuda-sched"])
     return Built(node, same(ALL8, t))
 
@@ -648,11 +648,11 @@ def _thermal(seed: int) -> Built:
         "all the time, slower.",
         ["nvml-clocks"])
     cool = GpuTruth(
-        "sync|none",
+        "sync",
         "GPUs 0-3 run cool at full clock, finish each step early and wait in the all-reduce for the thermally slowed "
-        "ranks, inside NCCL's resident kernel (100 % utilization on an A100 without GPM). Their wait is on a peer; "
-        "with no GPM the counters cannot tell it from computing, so 'none' is accepted.",
-        ["nccl-spin", "nvml-util", "nvml-clocks"])
+        "ranks, inside NCCL's resident kernel (100 % utilization on an A100 without GPM, but memory-utilization "
+        "samples and power fall while it spins). Their wait is on a peer, and they are not throttled themselves.",
+        ["nccl-spin", "nvml-util", "nvml-memutil", "nvml-power", "nvml-clocks"])
     return Built(node, {i: (hot if i >= 4 else cool) for i in ALL8})
 
 
@@ -793,9 +793,9 @@ def _inspector_network(seed: int) -> Built:
         "A100s without GPM, network-bound all-reduce (3.4 GB over HDR IB at ~70 % of line rate, ~0.4 s of a ~0.95 s "
         "step) with NCCL Inspector on: every rank's collectives take about the same long time and reach a bus "
         "bandwidth well below the ports' rate, which tells a slow network (all ranks slow together) from a straggler "
-        "(the waiting ranks' times long, the straggler's short). Without the nccl source (v1 trace) this is the "
-        "utilization-100 % case, and 'none' is accepted there.",
-        ["nccl-inspector", "nccl-spin", "nvml-util"], expected_v1="network|none")
+        "(the waiting ranks' times long, the straggler's short). Where the trace has no nccl source, the ports' "
+        "bursts and the fall of memory utilization and power during them remain.",
+        ["nccl-inspector", "nccl-spin", "nvml-util", "nvml-memutil"])
     return Built(node, same(ALL8, t))
 
 
@@ -815,9 +815,9 @@ def _inspector_straggler(seed: int) -> Built:
         "sync",
         "GPU 3's rank is slow on most steps. Inspector's records show the seven others' all-reduces taking ~0.2 s "
         "each (the kernel_gpu time includes the wait for GPU 3) at a low bus bandwidth, while GPU 3's take a few "
-        "milliseconds at full NVLink speed: a straggler, not a network. On A100s without GPM and without the nccl "
-        "source (v1) the wait looks like computing and 'none' is accepted there.",
-        ["nccl-inspector", "nccl-spin", "nvml-util"], expected_v1="sync|none")
+        "milliseconds at full NVLink speed: a straggler, not a network. Where the trace has no nccl source, the "
+        "peers' memory utilization and power fall while GPU 3 keeps computing.",
+        ["nccl-inspector", "nccl-spin", "nvml-util", "nvml-memutil"])
     slow = GpuTruth("none", "The straggler computes ~95 % of the time; its own collectives are short.",
                     ["nccl-inspector", "nvml-util"])
     return Built(node, {i: (slow if i == 3 else peer) for i in ALL8})
@@ -837,12 +837,13 @@ def _stalled(seed: int) -> Built:
                      fabric=Fabric(node.ports, goodput=0.85), inspector=True, channels=20)
     tj.hung_after = 14.0
     t = GpuTruth(
-        "none|network|sync",
+        "sync",
         "A rank on the other node stopped (a failed process that never entered the collective). Since then every "
         "local rank sits in the all-reduce: NCCL's kernel resident (100 % utilization, GPM SM at its ~0.15 footprint), "
         "the proxy threads spinning, no bytes on the IB ports and no collective completing (Inspector's last "
-        "sequence number frozen). This is a hang: the verdict vocabulary has no word for it, so none, network or sync "
-        "are all accepted; the truth's collective_stalled flag is what a hang detector should raise.",
+        "sequence number frozen). The GPUs wait for a peer node that never arrives (A12): sync, not network, since "
+        "the links are idle and healthy. The vocabulary has no word for a hang; the truth's collective_stalled flag "
+        "is what a hang detector should raise.",
         ["nccl-hang", "nccl-spin", "nccl-sm", "nccl-inspector", "nccl-proxy"], collective_stalled=True)
     return Built(node, same(ALL8, t))
 
@@ -851,3 +852,81 @@ register(Scenario(
     "stalled_collective_h100", "Hung all-reduce: 100 % utilization, NCCL footprint, no link bytes (8x H100, 2 nodes)",
     _stalled, claims=("A10", "A12"), family="NCCL Inspector",
     checks=(Check(ALL8, "kernel_residency", 0.99, 1.0), Check(ALL8, "time_budget.peer", 0.95, 1.0))))
+
+
+# == too little work, and busy feeders that keep up ===============================================
+
+def _small_grid(seed: int) -> Built:
+    node = host(seed, "h100-node-77", 112, H100_SXM, 8, frontend_gbps=100.0)
+    for g in node.gpus:
+        c = node.container()
+        TrainingJob(node, c, [g], name=f"lstm{g.index}", compute=0.12, compute_cv=0.05, samples_per_step=8,
+                    profile=Profile(sm=0.05, occ=0.02, tensor=0.01, dram=0.04, power=0.12, sens=0.9),
+                    feed=Feed(mode="loader", workers=2, prefetch=2, decode=0.02), optimizer=0.02)
+    t = GpuTruth(
+        "insufficient_work",
+        "Eight containers each train a small recurrent model at batch size 8: every step is a long chain of small "
+        "kernels whose grids cover a handful of the 132 SMs, issued back to back from the host. A kernel is always "
+        "running, so NVML utilization reads ~100 %, but GPM shows ~5 % of the SMs busy, DRAM bandwidth ~4 % and "
+        "power near idle: the GPU's capacity goes unused because each unit of work is too small for it (A4). "
+        "Nothing waits: the loaders keep up, there is no IO and no collective. More GPUs would not help; a larger "
+        "batch would.",
+        ["nvml-gpm", "nvml-util", "nvml-power"])
+    return Built(node, same(ALL8, t))
+
+
+register(Scenario(
+    "small_grid_kernels_h100", "Batch-8 recurrent model: always a kernel running on a few SMs (8 containers, H100)",
+    _small_grid, claims=("A4", "A5"), family="too little work",
+    story="Look-alike of memory-bound kernels and of a collective wait on GPM: low SM activity, but nothing is "
+          "waited for and DRAM is idle too.",
+    checks=(Check(ALL8, "kernel_residency", 0.95, 1.0), Check(ALL8, "sm_active", 0.0, 0.1))))
+
+
+def _feeders_keep_up(seed: int) -> Built:
+    node = host(seed, "h100-node-79", 112, H100_SXM, 8, frontend_gbps=200.0)
+    pod = node.pod(name="vit-l-augment-e4c0")
+    TrainingJob(node, pod, node.gpus, name="vit-l", compute=0.3, samples_per_step=256,
+                feed=Feed(mode="loader", workers=6, prefetch=2, decode=1.75, decode_cv=0.15),
+                grad_bytes=600e6)
+    t = GpuTruth(
+        "none",
+        "48 DataLoader workers decode with heavy augmentation and are busy ~85 % of the time each: 48 cores near "
+        "saturation, host CPU high. But six workers per rank produce ~3.4 batches/s against the ~3.1 steps/s the "
+        "GPUs consume, so each rank's prefetch queue (12 batches) stays full and a batch is always ready: the GPUs "
+        "compute ~94 % of the time, the rest in the NVLink all-reduce. Busy cores are not a bottleneck unless the GPU waits for them (A3).",
+        ["pytorch-dataloader", "nvml-util", "nvml-gpm"])
+    return Built(node, same(ALL8, t))
+
+
+register(Scenario(
+    "feeders_busy_gpus_busy_h100", "48 decode workers ~85 % busy that keep up: GPUs compute ~94 % (8x H100 DDP, pod)",
+    _feeders_keep_up, claims=("A3",), family="too little work",
+    story="Look-alike of data_pipeline: many nearly saturated cores of the GPU owner, and nothing waits.",
+    checks=(Check(ALL8, "time_budget.data", 0.0, 0.03), Check(ALL8, "kernel_residency", 0.9, 1.0))))
+
+
+def _ddp_decode_a100(seed: int) -> Built:
+    node = host(seed, "a100-node-26", 128, A100_SXM, 8, frontend_gbps=100.0)
+    job = node.slurm_job(702215)
+    TrainingJob(node, job, node.gpus, name="effnet-ddp", compute=0.25, samples_per_step=192,
+                feed=Feed(mode="loader", workers=4, prefetch=2, decode=1.6, decode_cv=0.2),
+                grad_bytes=300e6, h2d_bytes=100e6)
+    t = GpuTruth(
+        "data_pipeline|sync",
+        "PyTorch DDP with one DataLoader of 4 workers per rank; decoding a batch takes 1.6 CPU-seconds, so each "
+        "rank's loader delivers ~2.5 batches/s against ~3.5 steps/s of compute: 32 saturated cores. The ranks "
+        "step in lockstep at the all-reduce, so whichever rank's queue ran dry idles (no kernel: utilization "
+        "drops) while the others have entered the collective and wait for it inside NCCL's resident kernel "
+        "(utilization ~100 %, memory utilization and power low; A100, no GPM). Which rank starves drifts. Every "
+        "GPU loses its time to the decode bottleneck, directly or through the barrier: data_pipeline is the cause, "
+        "sync what a peer waiting for a starved rank sees.",
+        ["pytorch-dataloader", "nccl-spin", "nvml-util", "nvml-memutil"])
+    return Built(node, same(ALL8, t))
+
+
+register(Scenario(
+    "ddp_decode_per_rank_a100", "Decode-bound DDP, one DataLoader per rank, lockstep at the all-reduce (8x A100, Slurm)",
+    _ddp_decode_a100, claims=("A2", "A3", "A12"), family="data pipeline",
+    story="Per-rank loaders: the data wait moves between ranks, the barrier passes it on.",
+    checks=(Check(ALL8, "time_budget.compute", 0.4, 0.85),)))
