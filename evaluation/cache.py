@@ -14,7 +14,7 @@ import tempfile
 
 PACKAGE = pathlib.Path(__file__).resolve().parent
 #: modules that read traces or drive the exporter but do not shape what is generated
-NOT_GENERATING = {"cache.py", "score.py", "exporter.py", "onsets.py"}
+NOT_GENERATING = {"cache.py", "score.py", "exporter.py", "onsets.py", "catalogue.py"}
 
 
 def code_hash() -> str:

@@ -46,7 +46,8 @@ def _quota_sweep(seed: int) -> Built:
         "decode workers that want about 17 CPUs, so the pod is throttled in every period and each worker gets about a "
         "fifth of a core: batches arrive at about 60 % of the rate the GPUs consume them. No core is saturated and the "
         "host is mostly idle, yet each GPU waits for its loader; throttling shows in the owner cgroup's cpu.stat and "
-        "cpu.pressure (trace v2) and as runnable threads that do not run (host CPU pressure).",
+        "cpu.pressure (where the trace has the owner cgroups) and as runnable threads that do not run (host CPU "
+        "pressure).",
         ["sched-bwc", "k8s-cpu-limit", "psi-cpumax", "pytorch-dataloader", "cgroup-v2"])
     return Built(node, same(ALL8, t))
 

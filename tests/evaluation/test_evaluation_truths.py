@@ -66,3 +66,10 @@ def test_a_failed_physics_check_is_reported(short_runs):
 def test_an_unknown_scenario_is_named():
     with pytest.raises(KeyError, match="no_such_scenario"):
         select("no_such_scenario")
+
+
+def test_the_documented_catalogue_matches_the_scenarios():
+    from evaluation.catalogue import PAGE, catalogue
+
+    page = PAGE.read_text()
+    assert catalogue() in page, "docs/evaluation.md is stale: python3 -m evaluation.catalogue --write"
