@@ -11,7 +11,9 @@ The exporter's package layout has moved between releases (``gpuwait.sampler`` be
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import inspect
 import json
 import os
 import pathlib
@@ -28,16 +30,19 @@ VERSION_1_SOURCES = frozenset({"cpu", "pressure", "diskstats", "netdev", "nfs", 
 
 @dataclass(frozen=True)
 class TraceFormat:
-    """What a trace reader accepts: its format version and the sources it knows."""
+    """What a trace reader accepts: its format version and the sources it knows; and a hash
+    of how the exporter files the gpu source's values into rows, which shapes the traces too."""
 
     version: int
     sources: frozenset[str]
+    row_filing: str = ""
 
     @property
     def key(self) -> str:
-        """A short name for cache folders: the version and the sources beyond version 1."""
+        """A short name for cache folders: the version, the sources beyond version 1 and the
+        row filing's hash."""
         extra = sorted(self.sources - VERSION_1_SOURCES)
-        return f"v{self.version}" + "".join(f"+{s}" for s in extra)
+        return f"v{self.version}" + "".join(f"+{s}" for s in extra) + (f"-rows{self.row_filing}" if self.row_filing else "")
 
 
 VERSION_1 = TraceFormat(1, VERSION_1_SOURCES)
@@ -57,12 +62,24 @@ def _registry():
     return _first(("gpuwait.core.registry", "registry"), ("gpuwait.collectors", "registry"))()
 
 
+def _slot_rows():
+    return _first(("gpuwait.collectors.gpu.window", "SlotRows"), ("gpuwait.stats.gpu", "SlotRows"))
+
+
+def row_filer(step: float):
+    """The gpu source's filing of timed values into window rows of ``step`` seconds (``add``
+    a value under its time, ``flush`` the rows complete by a time): the trace format's
+    ``rows`` of the gpu payload are what it hands out."""
+    return _slot_rows()(step)
+
+
 def installed_format() -> TraceFormat:
     """The format of the gpuwait trace reader importable here."""
     from gpuwait.cli import payload_types
     from gpuwait.trace.file import VERSION
 
-    return TraceFormat(int(VERSION), frozenset(payload_types(list(_registry()))))
+    filing = hashlib.sha256(inspect.getsource(_slot_rows()).encode()).hexdigest()[:8]
+    return TraceFormat(int(VERSION), frozenset(payload_types(list(_registry()))), filing)
 
 
 def _env() -> dict[str, str]:

@@ -3,8 +3,8 @@
     python3 -m evaluation.generate --out DIR [--scenario NAME,...] [--kind steady|onset] [--seed N] [--jobs N] [--list]
 
 Each scenario gives DIR/NAME.jsonl.gz (a gpuwait trace) and DIR/NAME.truth.json. The traces
-hold the sources that the gpuwait trace reader importable here knows (version 1's without
-one), so a trace is always one this checkout can replay.
+hold the sources that the gpuwait trace reader importable here knows, so a trace is always
+one this checkout can replay (run with this checkout's exporter/ on PYTHONPATH).
 """
 
 from __future__ import annotations
@@ -19,13 +19,6 @@ from evaluation.exporter import VERSION_1, TraceFormat, installed_format
 from evaluation.record import Recorder
 from evaluation.scenarios import WARMUP, Scenario, check_failures, select
 from evaluation.truth import WINDOW, Meter, citations
-
-
-def default_format() -> TraceFormat:
-    try:
-        return installed_format()
-    except ImportError:
-        return VERSION_1
 
 
 def generate(scenario: Scenario, out_dir: str, seed: int = 1, fmt: TraceFormat = VERSION_1,
@@ -140,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in scenarios:
             print(f"{s.name:36s} {s.kind:6s} {s.title}")
         return 0
-    for name in generate_all(scenarios, args.out, args.seed, default_format(), args.jobs):
+    for name in generate_all(scenarios, args.out, args.seed, installed_format(), args.jobs):
         print(f"{args.out}/{name}.jsonl.gz")
     return 0
 

@@ -8,7 +8,9 @@ version and the sources its reader knows: ``evaluation.exporter.TraceFormat``). 
 source hands the driver's
 utilization samples over once they are readable (20-30 ms after the end of their period)
 and files them, with the values read at the tick itself, into window rows on the
-sample-interval grid, stamped relative to the reading.
+sample-interval grid, stamped relative to the reading. The filing is the exporter's own
+(``evaluation.exporter.row_filer``): it is how any recorded trace's rows are made, so a
+trace of the model carries them as a trace of a real node would.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import gzip
 import json
 import math
 
+from evaluation.exporter import row_filer
 from evaluation.model.cpu import PSI_KEYS
 from evaluation.model.rng import stream
 
@@ -29,36 +32,6 @@ SAMPLE_READABLE_AFTER = (0.02, 0.03)
 MAX_ROW_HOLD = 1.0
 #: wall clock of the model's boot (2026-11-20 08:00:00 UTC), for wall-time fields
 BOOT_WALL = 1795161600.0
-
-
-class RowSlots:
-    """Values filed by time into slots of SAMPLE_INTERVAL, handed out in order once complete;
-    a value that arrives for a slot already handed out goes to the next open one."""
-
-    def __init__(self, step: float) -> None:
-        self.step = step
-        self.pending: dict[int, dict[tuple, list[float]]] = {}
-        self.emitted: int | None = None
-
-    def add(self, t: float, key: tuple, value: float, last: bool = False) -> None:
-        slot = math.floor(t / self.step)
-        if self.emitted is not None and slot <= self.emitted:
-            slot = self.emitted + 1
-        cell = self.pending.setdefault(slot, {})
-        acc = cell.get(key)
-        if acc is None or last:
-            cell[key] = [value, 1.0]
-        else:
-            acc[0] += value
-            acc[1] += 1.0
-
-    def flush(self, until: float) -> list[tuple[float, dict[tuple, float]]]:
-        out = []
-        for slot in sorted(s for s in self.pending if (s + 1) * self.step <= until):
-            cell = self.pending.pop(slot)
-            out.append(((slot + 0.5) * self.step, {k: a[0] / a[1] for k, a in cell.items()}))
-            self.emitted = slot
-        return out
 
 
 class Recorder:
@@ -92,7 +65,7 @@ class Recorder:
         self.sources = [s for s in sources if s in fmt.sources]
         self.interval = {s: intervals.get(s, SAMPLE_INTERVAL) for s in self.sources}
         self.next = {s: start + phases[s] for s in self.sources}
-        self.slots = RowSlots(SAMPLE_INTERVAL)
+        self.slots = row_filer(SAMPLE_INTERVAL)
         self.delivered = {g.index: 0 for g in node.gpus}
         self.newest = {g.index: None for g in node.gpus}
         self.latest = {g.index: [None, None] for g in node.gpus}
