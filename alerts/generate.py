@@ -476,6 +476,24 @@ and on({WORKLOAD_NODE})
             + "); a specific alert for it replaces this one.",
             "A1, A14",
         ),
+        Alert(
+            "GpuCollectiveStalled",
+            f"""
+(gpuwait_gpu_collective_stalled == 1)
+{OWNER_JOIN}""",
+            "<<collective_stall.for>>", "critical",
+            "GPU {{ $labels.gpu }} on {{ $labels.instance }} sits in a collective that does not end.",
+            f"GPU {{{{ $labels.gpu }}}} ({{{{ $labels.uuid }}}}, {OWNER_TEXT}) has kept a kernel resident with "
+            + qg("gpuwait_gpu_window_sm_active_mean_ratio{SEL}", "humanizePercentage") + " of its SMs active, its memory "
+            "resting and no bytes moving over NVLink or PCIe"
+            # The dump names the GPU's UUID only where the process's CUDA device told it.
+            + when("min(gpuwait_nccl_last_operation_age_seconds{SEL})",
+                   "; NCCL's last completed operation on it was {{ . | first | value | humanizeDuration }} ago",
+                   by=(*SEL_NODE, "uuid"))
+            + ": its ranks wait for a peer that does not join. Find the rank that is missing (dead, hung in its own "
+            "code, on another branch) before PyTorch's NCCL watchdog aborts the job.",
+            "A9, A12",
+        ),
     ]
 
 

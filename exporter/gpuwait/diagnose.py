@@ -339,7 +339,13 @@ def _diagnose_gpu(m: _Index, g: tuple[str, str], owner: str, node_gpus: int, has
     if work is not None and work.get("data") is not None:
         activity.append(f"loop time: data wait {_pct(work['data'])}, compute {_pct(work.get('compute'))},"
                         f" communication {_pct(work.get('comm'))} (A8)")
-    if verdict == "throttled":
+    stalled = m.value("gpuwait_gpu_collective_stalled", **key) == 1
+    if stalled:
+        # Busy by every utilization figure, yet no progress: the first thing to know (A9, A12).
+        second = Step("Computing or waiting?", "waiting in a collective that does not end: a peer has not joined",
+                      activity + ["kernel resident, few SMs active, memory resting, no bytes over NVLink or PCIe"
+                                  " (gpuwait_gpu_collective_stalled; runbook GpuCollectiveStalled)"])
+    elif verdict == "throttled":
         second = Step("Computing or waiting?", "computing, slowed by power or thermal limits", activity +
                       [f"{_pct(throttled_busy)} of busy samples under clock limits"] + _throttle_reasons(m, key))
     elif verdict == "none" and demand == 0:

@@ -168,6 +168,17 @@ def test_a_throughput_drop_makes_a_wait_critical():
     assert "throughput 40% below the owner's own baseline" in report.gpus[0].steps[0].evidence
 
 
+def test_a_stalled_collective_is_said_before_the_verdict():
+    metrics = dg.from_simulation("healthy")
+    gpus = [labels for labels, _ in metrics["gpuwait_gpu_up"]]
+    metrics["gpuwait_gpu_collective_stalled"] = [(labels, 1.0 if labels["gpu"] == "2" else 0.0) for labels in gpus]
+    report = dg.diagnose(metrics, "test")
+    second = {d.gpu: d.steps[1] for d in report.gpus}
+    assert second["2"].answer == "waiting in a collective that does not end: a peer has not joined"
+    assert any("runbook GpuCollectiveStalled" in e for e in second["2"].evidence)
+    assert second["0"].answer == "computing"
+
+
 def test_owner_filter_and_unknown_owner():
     metrics = dg.from_simulation("healthy")
     owner = metrics["gpuwait_gpu_owner_info"][0][0]["owner"]

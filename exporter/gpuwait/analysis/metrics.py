@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from gpuwait.analysis import activity
+from gpuwait.analysis import activity, stall
 from gpuwait.analysis import verdict as verdict_module
 from gpuwait.analysis.evidence import data_pipeline, host_transfer, network, storage, workload
 from gpuwait.analysis.verdict import NodeVerdict, VerdictAnalyser
@@ -51,6 +51,9 @@ METRICS = (
     MetricSpec("gpuwait_gpu_straggler", "gauge",
                "1 for the GPU its owner's other GPUs wait for at the barrier (it computes longest), else 0.",
                labels=GPU, source=SOURCE, claims=("A12",), window=True),
+    MetricSpec("gpuwait_gpu_collective_stalled", "gauge",
+               "1 when the GPU sat in a collective that did not end for verdict.collective.stall-after: a kernel resident all along with few SMs active, its memory resting, no bytes over NVLink or PCIe and, where NCCL Inspector's dump is read, no operation completed; 0 otherwise; absent for a GPU without processes or a window too short to tell.",
+               labels=GPU, source=SOURCE, claims=("A9", "A12"), window=True),
     MetricSpec("gpuwait_node_verdict", "gauge",
                "1 for what most of the node's GPUs waited for over the window, 0 for the other causes.",
                labels=("cause",), source=SOURCE, claims=("A14",), window=True),
@@ -76,6 +79,8 @@ def expose(snapshots: Mapping[str, Snapshot], settings: Settings) -> Iterator[Sa
         yield Sample("gpuwait_gpu_dip_period_seconds", gpu, g.dip_period_seconds)
         yield Sample("gpuwait_gpu_dip_periodicity_ratio", gpu, g.dip_strength)
         yield Sample("gpuwait_gpu_straggler", gpu, 1.0 if g.straggler else 0.0)
+        if g.collective_stalled is not None:
+            yield Sample("gpuwait_gpu_collective_stalled", gpu, 1.0 if g.collective_stalled else 0.0)
         for link in g.links:
             labels = gpu + (link.link, link.kind, link.link_layer)
             yield Sample("gpuwait_gpu_link_correlation", labels, link.correlation)
@@ -91,7 +96,7 @@ OPTIONS = (
     verdict_module.INTERVAL, verdict_module.SHORT_WINDOW, verdict_module.MIN_IDLE_RATIO, verdict_module.MIN_CAUSE_SHARE,
     verdict_module.MIN_THROTTLED_SHARE, *activity.OPTIONS,
     *storage.OPTIONS, *data_pipeline.OPTIONS, *host_transfer.OPTIONS, *network.OPTIONS,
-    verdict_module.DEMAND_OWNER_CORES, verdict_module.DIP_MIN_PERIODICITY,
+    verdict_module.DEMAND_OWNER_CORES, verdict_module.DIP_MIN_PERIODICITY, *stall.OPTIONS,
 )
 
 COLLECTOR = CollectorSpec(

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuwait.analysis.activity import gpu_activity
 from gpuwait.analysis.attribution import DIRECT, HOST, Attribution, VerdictRules, attribute, verdict
+from gpuwait.analysis.collectives import join_ranks_to_gpus
 from gpuwait.analysis.evidence import workload
 from gpuwait.analysis.evidence.checkpoint import checkpoint
 from gpuwait.analysis.evidence.data_pipeline import DataPipeline
@@ -33,6 +34,7 @@ from gpuwait.analysis.evidence.network import LinkAlignment, Network
 from gpuwait.analysis.evidence.storage import storage
 from gpuwait.analysis.evidence.sync import sync
 from gpuwait.analysis.evidence.throttled import throttled
+from gpuwait.analysis.stall import collective_stalled
 from gpuwait.analysis.timeseries import HOLD_INTERVALS, Grid, dominant_period
 from gpuwait.collectors.gpu import window as gpu_window
 from gpuwait.collectors.gpu.payload import GpuDevice
@@ -78,6 +80,8 @@ class GpuVerdict:
     busy_signal: str = "utilization"
     #: Seconds the published verdict has held, at this pass.
     verdict_seconds: float = 0.0
+    #: Whether the GPU sat in a collective that did not end (analysis.stall); None: cannot tell.
+    collective_stalled: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +156,9 @@ class VerdictAnalyser:
         pipeline = DataPipeline(inputs, grid, settings, gap)
         network = Network(inputs, grid, settings, gap)
         scope = _OwnerScope(inputs, grid, settings)
+        device_reading = inputs.latest.get("gpu_device")
+        collectives = join_ranks_to_gpus(inputs.views.get("nccl"), getattr(device_reading, "data", None),
+                                         at=inputs.end).gpus
 
         activity = {g: gpu_activity(gpu_view, grid, g, settings) for g in gpus}
         rules = VerdictRules(settings[MIN_IDLE_RATIO], settings[MIN_CAUSE_SHARE], settings[MIN_THROTTLED_SHARE])
@@ -218,6 +225,7 @@ class VerdictAnalyser:
                 verdict=cause, attribution=long,
                 dip_period_seconds=period[0] if period else None, dip_strength=period[1] if period else None,
                 links=tuple(a for a, _ in links), busy_signal=act.signal,
+                collective_stalled=collective_stalled(gpu_view, grid, g, info, collectives.get(uuid), settings),
             ), inputs.end))
         results = _mark_stragglers(results, settings)
         return NodeVerdict(tuple(results), _node_verdict(results), _node_waits(results))

@@ -25,14 +25,21 @@ def host_transfer(view: WindowView, grid: Grid, gpu: tuple[str, str], device: Gp
     capacity = pcie_link_capacity(getattr(link, "generation", None), getattr(link, "width", None))
     if capacity is None:
         return [False] * len(grid)
-    rate = grid.rates(gpu_window.pcie_bytes(view, gpu), HOLD_INTERVALS * grid.step)
-    if not any(v == v for v in rate):
-        rx, tx = gpu_window.gpm_pcie_rates(view, gpu)
-        rate = _sum(grid.hold(rx), grid.hold(tx))
+    rate = pcie_rate(view, grid, gpu)
     limit = settings[PCIE_SHARE] * capacity
     return [r == r and r >= limit for r in rate]
 
 
-def _sum(a: Sequence[float], b: Sequence[float]) -> list[float]:
+def pcie_rate(view: WindowView, grid: Grid, gpu: tuple[str, str]) -> list[float]:
+    """Bytes per second over the GPU's PCIe link, both directions, at each instant: from the
+    driver's byte counters, or from GPM where the GPU has no counters."""
+    rate = grid.rates(gpu_window.pcie_bytes(view, gpu), HOLD_INTERVALS * grid.step)
+    if not any(v == v for v in rate):
+        rx, tx = gpu_window.gpm_pcie_rates(view, gpu)
+        rate = both_directions(grid.hold(rx), grid.hold(tx))
+    return rate
+
+
+def both_directions(a: Sequence[float], b: Sequence[float]) -> list[float]:
     """The sum where both are known, else whichever is (one direction of GPM may be absent)."""
     return [x + y if x == x and y == y else (x if x == x else y) for x, y in zip(a, b)]

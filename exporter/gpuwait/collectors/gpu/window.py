@@ -223,6 +223,11 @@ def gpm_pcie_rates(view: WindowView, gpu: tuple[str, str]) -> tuple[Column, Colu
     return view.series((_GPM_PCIE_RX, *gpu)), view.series((_GPM_PCIE_TX, *gpu))
 
 
+def gpm_nvlink_rates(view: WindowView, gpu: tuple[str, str]) -> tuple[Column, Column]:
+    """(receive, transmit) NVLink bytes per second from GPM; NaN throughout without GPM."""
+    return view.series(("gpm_nvl_rx", *gpu)), view.series(("gpm_nvl_tx", *gpu))
+
+
 class OwnerActivity(NamedTuple):
     #: CPU cores the owner used over its latest slow-tier interval
     cores: float
