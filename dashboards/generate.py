@@ -256,6 +256,7 @@ MIRRORS: dict[str, tuple[str, ...]] = {
     "Link errors": ("RdmaInfinibandLinkErrors",),
     "GPU–NIC PCIe relation": ("GpuNicAffinityMismatch",),
     "Straggler GPU": ("GpuSyncStraggler",),
+    "Collectives that do not end": ("GpuCollectiveStalled",),
     "Time waiting on a peer": ("GpuSyncStraggler",),
     "Mean utilization per node of the owner": ("GpuSyncStraggler",),
     "The straggling node (recorded)": ("GpuSyncStraggler",),
@@ -602,6 +603,10 @@ def sync() -> dict:
     b.add(ts("Time waiting on a peer", "Share of the window each GPU idled while a peer GPU of the same owner "
              "still computed.", "A12", "percentunit",
              [Q(f'gpuwait_gpu_wait_ratio{{{GPU}, cause="sync"}}', "{{instance}} GPU {{gpu}}")], minimum=0, maximum=1))
+    b.add(ts("Collectives that do not end", "1 for a GPU whose kernel stays resident with few SMs active, its "
+             "memory resting and no bytes over NVLink or PCIe: its ranks wait for a peer that never joins. The "
+             "GPU of the job that is not at 1 is where the missing rank runs.", "A9, A12", "none",
+             [Q(f"gpuwait_gpu_collective_stalled{{{GPU}}}", "{{instance}} GPU {{gpu}}")], minimum=0, maximum=1))
     b.row("Across nodes of one job (A12)")
     per_node = f"avg by ({CL}, job, instance, owner) ({owned(util)} * on({CL}, job, instance, gpu) group_left(owner) max by ({CL}, job, instance, gpu, owner) (gpuwait_gpu_owner_info{{{OWNER}}}))"
     b.add(ts("Mean utilization per node of the owner", "The owner's GPUs averaged per node: the node that "
