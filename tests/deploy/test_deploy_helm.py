@@ -214,6 +214,15 @@ def test_nodes_proxy_and_insecure_skip_verify_are_asked_for():
     assert token["serviceAccountToken"]["expirationSeconds"] == 7200
 
 
+def test_without_host_network_the_node_address_names_the_kubelet():
+    endpoint = "--collector.gpu.kubelet-endpoint=https://$(HOST_IP):10250"
+    docs = render({"hostNetwork": False, "extraArgs": [endpoint]})
+    env = {e["name"]: e for e in pod_spec(docs)["containers"][0]["env"]}
+    assert env["HOST_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    assert exporter_settings(docs)["collector.gpu.kubelet-endpoint"] == "https://$(HOST_IP):10250"
+    assert "HOST_IP" not in {e["name"] for e in pod_spec(render())["containers"][0]["env"]}
+
+
 def test_an_existing_service_account_is_granted_and_used_not_created():
     docs = render({"serviceAccount": {"create": False, "name": "monitoring-agents"}})
     assert not [d for d in docs if d["kind"] == "ServiceAccount"]
