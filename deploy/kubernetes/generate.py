@@ -3,17 +3,20 @@
 installing gpuwait on Kubernetes carry the same objects:
 
 - base/daemonset.yaml and base/service.yaml: the chart's DaemonSet and Service;
+- base/serviceaccount.yaml, base/clusterrole.yaml, base/clusterrolebinding.yaml: the identity
+  and the grant the kubelet's pod list takes (chart value podNames);
 - components/servicemonitor, components/podmonitor: its ServiceMonitor and PodMonitor;
 - components/prometheus-rules: its PrometheusRule (the rules of alerts/*.yml);
 - components/grafana-dashboards: one ConfigMap per dashboard of dashboards/json/;
 - components/alertmanager-config: its AlertmanagerConfig (alerts/alertmanager.yml);
-- components/runtimeclass-nvidia, web-config, host-nfs-mountstats: patches of the DaemonSet,
-  each the difference the chart value of the same meaning makes to it.
+- components/runtimeclass-nvidia, web-config, host-nfs-mountstats, kubelet-nodes-proxy:
+  patches of the base's objects, each the difference the chart value of the same meaning
+  makes to them.
 
 The chart is rendered offline with Helm's own SDK (PyPI's helm-python-sdk, imported as
 helm_python: no helm binary, no cluster) as release "gpuwait" in namespace "gpuwait"; Helm's
-bookkeeping labels and the namespace are left out (kustomize sets the namespace), the
-templates' comments are kept. The chart's generated files are brought up to date first
+bookkeeping labels and the namespace are left out (kustomize sets the namespace, that of a
+binding's subjects too), the templates' comments are kept. The chart's generated files are brought up to date first
 (deploy/helm/generate.py).
 
     python3 deploy/kubernetes/generate.py           # rewrite the chart's files and the tree
@@ -51,13 +54,17 @@ VALUES = {
 PLACES = {
     ("default", "DaemonSet"): "base/daemonset.yaml",
     ("default", "Service"): "base/service.yaml",
+    ("default", "ServiceAccount"): "base/serviceaccount.yaml",
+    ("default", "ClusterRole"): "base/clusterrole.yaml",
+    ("default", "ClusterRoleBinding"): "base/clusterrolebinding.yaml",
     ("default", "ServiceMonitor"): "components/servicemonitor/servicemonitor.yaml",
     ("podmonitor", "PodMonitor"): "components/podmonitor/podmonitor.yaml",
     ("default", "PrometheusRule"): "components/prometheus-rules/prometheusrule.yaml",
     ("default", "AlertmanagerConfig"): "components/alertmanager-config/alertmanagerconfig.yaml",
 }
-#: Components that patch the DaemonSet as a chart value changes it: the patch is the difference
-#: between the chart's DaemonSet with and without the value. (values, what the component is for)
+#: Components that patch the base as a chart value changes it: one patch per object of the base
+#: the value changes, the difference between the chart's object with and without the value.
+#: (values, what the component is for)
 PATCHES = {
     "runtimeclass-nvidia": ({"runtimeClassName": "nvidia"}, """\
 # Run the pod with the NVIDIA container runtime where it is not the node's default (the GPU
@@ -79,6 +86,13 @@ PATCHES = {
 # as root without any capability copies that one file every second into a memory volume, and
 # the exporter reads the copy (docs/deploy.md says why not a capability). Chart value:
 # hostMountstats.enabled=true.
+"""),
+    "kubelet-nodes-proxy": ({"podNames": {"nodesProxy": True}}, """\
+# Clusters before Kubernetes 1.33, or with the KubeletFineGrainedAuthz feature off: the kubelet
+# authorizes GET /pods, the pod list that names the pods of GPU processes, as `get` on
+# nodes/proxy, which covers every kubelet API without a subresource of its own, exec, attach
+# and portforward into any pod of the node included. Without it the pod list fails with
+# gpuwait_kubelet_errors_total{cause="forbidden"} there. Chart value: podNames.nodesProxy=true.
 """),
 }
 GENERATED_COMPONENTS = ("prometheus-rules", "grafana-dashboards", "alertmanager-config", *PATCHES)
@@ -109,16 +123,26 @@ def render_chart(values: dict, chart: pathlib.Path = CHART) -> list[tuple[str, s
 
 _HELM_LABEL_LINE = re.compile(r"^\s+(" + "|".join(re.escape(l) for l in HELM_LABELS) + r"): .*\n", re.M)
 _NAMESPACE_LINE = re.compile(r"^  namespace: \S+\n", re.M)
+_SUBJECT_NAMESPACE_LINE = re.compile(r"^ {4}namespace: \S+\n", re.M)
 
 
 def without_helm(text: str) -> str:
     """The object's text without Helm's labels and its namespace, comments kept; checked
-    against the parsed object so that a template change cannot make the edit wrong."""
+    against the parsed object so that a template change cannot make the edit wrong. A
+    binding's subjects lose their namespace too: kustomize fills in an absent one with the
+    namespace it sets, but leaves one that is there alone, which would then name a service
+    account in a namespace the overlay does not use."""
     edited = _NAMESPACE_LINE.sub("", _HELM_LABEL_LINE.sub("", text), count=1)
     expected = yaml.safe_load(text)
     expected["metadata"].pop("namespace", None)
     for label in HELM_LABELS:
         expected["metadata"].get("labels", {}).pop(label, None)
+    if expected["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+        head, subjects = edited.split("\nsubjects:\n", 1)
+        edited = head + "\nsubjects:\n" + _SUBJECT_NAMESPACE_LINE.sub("", subjects)
+        for subject in expected["subjects"]:
+            if subject["kind"] == "ServiceAccount":
+                subject.pop("namespace", None)
     if yaml.safe_load(edited) != expected:
         raise GenerateError(f"cannot strip Helm's labels from {expected['kind']} {expected['metadata']['name']} as text")
     return edited
@@ -160,22 +184,34 @@ def json_patch(base, changed, path: list | None = None) -> list[dict]:
     return []
 
 
-def _daemonset(values: dict, chart: pathlib.Path) -> dict:
-    (obj,) = [yaml.safe_load(text) for _, text in render_chart(values, chart) if yaml.safe_load(text)["kind"] == "DaemonSet"]
-    return obj
+def base_objects(values: dict, chart: pathlib.Path = CHART) -> dict[tuple[str, str], tuple[str, dict]]:
+    """(kind, name) -> (template, object) of the chart's objects that go into base/."""
+    out = {}
+    for template, text in render_chart(values, chart):
+        obj = yaml.safe_load(text)
+        if PLACES.get(("default", obj["kind"]), "").startswith("base/"):
+            out[(obj["kind"], obj["metadata"]["name"])] = (template, obj)
+    return out
 
 
 def patch_components(chart: pathlib.Path = CHART) -> dict[str, str]:
-    base = _daemonset(VALUES["default"], chart)
+    base = base_objects(VALUES["default"], chart)
     files = {}
     for component, (values, comment) in PATCHES.items():
-        ops = json_patch(base, _daemonset({**VALUES["default"], **values}, chart))
-        if not ops:
-            raise GenerateError(f"{component}: {values} changes nothing in the DaemonSet")
-        patch = yaml.safe_dump(ops, sort_keys=False, width=1 << 16)
-        text = HEADER.format(source="templates/daemonset.yaml") + comment + yaml.dump({
-            "apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component",
-            "patches": [{"target": {"kind": "DaemonSet", "name": base["metadata"]["name"]}, "patch": patch}],
+        changed = base_objects({**VALUES["default"], **values}, chart)
+        if changed.keys() != base.keys():
+            raise GenerateError(f"{component}: {values} changes which objects the base has, not only what they say")
+        patches, templates = [], []
+        for (kind, name), (template, obj) in base.items():
+            ops = json_patch(obj, changed[(kind, name)][1])
+            if ops:
+                patches.append({"target": {"kind": kind, "name": name},
+                                "patch": yaml.safe_dump(ops, sort_keys=False, width=1 << 16)})
+                templates.append(f"templates/{template}")
+        if not patches:
+            raise GenerateError(f"{component}: {values} changes nothing in the base")
+        text = HEADER.format(source=", ".join(templates)) + comment + yaml.dump({
+            "apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component", "patches": patches,
         }, Dumper=_Dumper, sort_keys=False, width=1 << 16)
         files[f"components/{component}/kustomization.yaml"] = text
     return files

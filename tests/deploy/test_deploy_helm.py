@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from gpuwait.core.registry import COLLECTOR_DEFAULTS, registry, resolve
+from gpuwait.owners import kubelet
 import kube_stack
 from support import REPO
 from test_deploy_kubernetes import validate
@@ -46,6 +47,10 @@ def one(docs: list[dict], kind: str) -> dict:
     return found[0]
 
 
+#: The kinds without a namespace that the chart renders.
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding"}
+
+
 def rule_groups() -> list[dict]:
     return [g for p in sorted(ALERTS.glob("gpuwait-*.yml")) for g in yaml.safe_load(p.read_text())["groups"]]
 
@@ -69,15 +74,21 @@ def test_lint_reports_a_broken_template(tmp_path):
     {},
     {"serviceMonitor": {"enabled": False}, "podMonitor": {"enabled": True}, "alertmanagerConfig": {"enabled": True}},
     {"hostMountstats": {"enabled": True}, "ncclInspector": {"enabled": True}, "webConfig": {"secretName": "gpuwait-web"},
-     "runtimeClassName": "nvidia", "priorityClassName": "system-node-critical", "release": ""},
-    {"hostNetwork": False, "workloadSpool": {"enabled": False}, "dashboards": {"enabled": False}, "prometheusRule": {"enabled": False}},
+     "runtimeClassName": "nvidia", "priorityClassName": "system-node-critical", "release": "",
+     "podNames": {"nodesProxy": True, "insecureSkipVerify": True, "tokenExpirationSeconds": 600},
+     "serviceAccount": {"name": "gpuwait-exporter", "annotations": {"example.org/owner": "monitoring"}}},
+    {"hostNetwork": False, "workloadSpool": {"enabled": False}, "dashboards": {"enabled": False}, "prometheusRule": {"enabled": False},
+     "podNames": {"enabled": False}},
 ], ids=["default", "podmonitor+alertmanagerconfig", "every-option", "minimal"])
 def test_every_rendered_object_is_valid(values):
     docs = render(values)
     assert {"DaemonSet"} <= {d["kind"] for d in docs}
     for doc in docs:
         validate(doc)
-        assert doc["metadata"]["namespace"] == "gpuwait", doc["metadata"]
+        if doc["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in doc["metadata"], doc["metadata"]
+        else:
+            assert doc["metadata"]["namespace"] == "gpuwait", doc["metadata"]
         if doc["apiVersion"].startswith("monitoring.coreos.com/"):
             assert doc["metadata"]["labels"].get("release") == (values.get("release", "kube-prometheus-stack") or None)
     for collector in registry():
@@ -107,6 +118,9 @@ def test_both_monitors_at_once_are_refused():
     ({"mixin": {"labels": {"cluster": "k8s-cluster"}}}, "cluster"),
     ({"serviceMonitor": {"intervall": "15s"}}, "intervall"),
     ({"hostMountstats": {"interval": "500ms"}}, "interval"),
+    ({"podNames": {"nodeProxy": True}}, "nodeProxy"),
+    ({"podNames": {"tokenExpirationSeconds": 300}}, "tokenExpirationSeconds"),
+    ({"serviceAccount": {"create": "yes"}}, "create"),
 ])
 def test_values_the_chart_does_not_know_are_refused_by_name(values, key):
     with pytest.raises(helm_python.HelmError, match=key):
@@ -128,6 +142,96 @@ def test_the_operators_scrape_job_for_the_monitor_is_valid_configuration(tmp_pat
     path.write_text(yaml.safe_dump({"scrape_configs": [scrape]}))
     r = subprocess.run(["promtool", "check", "config", str(path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# -- pod names from the kubelet ------------------------------------------------------------------
+
+def pod_spec(docs: list[dict]) -> dict:
+    return one(docs, "DaemonSet")["spec"]["template"]["spec"]
+
+
+def exporter_settings(docs: list[dict]) -> dict:
+    for collector in registry():
+        COLLECTOR_DEFAULTS.setdefault(collector.name, collector.default_enabled)
+    settings, _ = resolve(pod_spec(docs)["containers"][0]["args"])
+    return settings
+
+
+def kubelet_token_volume(spec: dict) -> dict | None:
+    """The volume mounted where the exporter's token and CA flags look by default."""
+    account_dir = kubelet.SERVICE_ACCOUNT_DIR
+    assert kubelet.TOKEN_FILE.default == f"{account_dir}/token" and kubelet.CA_FILE.default == f"{account_dir}/ca.crt"
+    mounts = [m for m in spec["containers"][0].get("volumeMounts", []) if m["mountPath"] == account_dir]
+    if not mounts:
+        return None
+    (mount,) = mounts
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    return volume
+
+
+def test_pod_names_by_default_the_daemonsets_own_account_may_get_nodes_pods_only():
+    docs = render(name="prod", namespace="monitoring")
+    account, role, binding = one(docs, "ServiceAccount"), one(docs, "ClusterRole"), one(docs, "ClusterRoleBinding")
+    assert account["metadata"] == {**account["metadata"], "name": "prod-gpuwait", "namespace": "monitoring"}
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/pods"], "verbs": ["get"]}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "prod-gpuwait", "namespace": "monitoring"}]
+    spec = pod_spec(docs)
+    assert spec["serviceAccountName"] == "prod-gpuwait"
+    # No API server token: the one token is the projected, short-lived one for the kubelet.
+    assert spec["automountServiceAccountToken"] is False and account["automountServiceAccountToken"] is False
+    volume = kubelet_token_volume(spec)
+    assert volume is not None, spec["containers"][0]["volumeMounts"]
+    token, ca = volume["projected"]["sources"]
+    assert token == {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}
+    assert ca == {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}
+    env = {e["name"]: e for e in spec["containers"][0]["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    settings = exporter_settings(docs)
+    assert settings["collector.gpu.kubelet-endpoint"] == "https://127.0.0.1:10250" and spec["hostNetwork"] is True
+    assert settings["collector.gpu.kubelet-tls-server-name"] == "$(NODE_NAME)"
+    assert settings["collector.gpu.kubelet-tls-insecure-skip-verify"] is False
+
+
+def test_pod_names_off_is_no_account_no_grant_no_token_and_no_request():
+    docs = render({"podNames": {"enabled": False}})
+    assert not {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} & {d["kind"] for d in docs}
+    spec = pod_spec(docs)
+    assert "serviceAccountName" not in spec and spec["automountServiceAccountToken"] is False
+    assert kubelet_token_volume(spec) is None
+    assert not [v for v in spec["volumes"] if "projected" in v]
+    assert "NODE_NAME" not in {e["name"] for e in spec["containers"][0]["env"]}
+    assert "--collector.gpu.kubelet-endpoint=" in spec["containers"][0]["args"]
+    assert exporter_settings(docs)["collector.gpu.kubelet-endpoint"] == ""
+
+
+def test_nodes_proxy_and_insecure_skip_verify_are_asked_for():
+    docs = render({"podNames": {"nodesProxy": True, "insecureSkipVerify": True, "tokenExpirationSeconds": 7200}})
+    assert one(docs, "ClusterRole")["rules"] == [{"apiGroups": [""], "resources": ["nodes/pods", "nodes/proxy"], "verbs": ["get"]}]
+    assert exporter_settings(docs)["collector.gpu.kubelet-tls-insecure-skip-verify"] is True
+    token = kubelet_token_volume(pod_spec(docs))["projected"]["sources"][0]
+    assert token["serviceAccountToken"]["expirationSeconds"] == 7200
+
+
+def test_without_host_network_the_node_address_names_the_kubelet():
+    endpoint = "--collector.gpu.kubelet-endpoint=https://$(HOST_IP):10250"
+    docs = render({"hostNetwork": False, "extraArgs": [endpoint]})
+    env = {e["name"]: e for e in pod_spec(docs)["containers"][0]["env"]}
+    assert env["HOST_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    assert exporter_settings(docs)["collector.gpu.kubelet-endpoint"] == "https://$(HOST_IP):10250"
+    assert "HOST_IP" not in {e["name"] for e in pod_spec(render())["containers"][0]["env"]}
+
+
+def test_an_existing_service_account_is_granted_and_used_not_created():
+    docs = render({"serviceAccount": {"create": False, "name": "monitoring-agents"}})
+    assert not [d for d in docs if d["kind"] == "ServiceAccount"]
+    assert one(docs, "ClusterRoleBinding")["subjects"] == [{"kind": "ServiceAccount", "name": "monitoring-agents", "namespace": "gpuwait"}]
+    spec = pod_spec(docs)
+    assert spec["serviceAccountName"] == "monitoring-agents" and kubelet_token_volume(spec) is not None
+    # Without a name the grant would go to the namespace's default account: refused instead.
+    with pytest.raises(helm_python.HelmError, match="serviceAccount.name"):
+        render({"serviceAccount": {"create": False}})
 
 
 # -- the same rules and dashboards ------------------------------------------------------------------

@@ -29,6 +29,8 @@ import generate  # noqa: E402
 CRD_SCHEMAS = yaml.safe_load((pathlib.Path(__file__).parent.parent / "fixtures" / "kubernetes" / "monitoring.coreos.com-v1.schema.yaml").read_text())
 #: The oldest Kubernetes the manifests are meant for, and the newest schemas at hand.
 KUBERNETES_VERSIONS = ("1.27", kubernetes_validate.latest_version())
+#: The kinds without a namespace in the tree.
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 COMPONENTS = sorted(p.name for p in (KUBE / "components").iterdir() if (p / "kustomization.yaml").is_file())
 
 
@@ -48,7 +50,7 @@ def kustomize(path: pathlib.Path) -> list[dict]:
     return [d for d in yaml.load_all(r.stdout, Loader=Yaml12Loader) if d]
 
 
-def with_components(tmp_path: pathlib.Path, *components: str) -> list[dict]:
+def with_components(tmp_path: pathlib.Path, *components: str, namespace: str = "gpuwait") -> list[dict]:
     """The base plus the given components, as an overlay of one's own would have it."""
     overlay = tmp_path / "overlay"
     overlay.mkdir(exist_ok=True)
@@ -56,7 +58,7 @@ def with_components(tmp_path: pathlib.Path, *components: str) -> list[dict]:
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "namespace": "gpuwait",
+        "namespace": namespace,
         "resources": ["kubernetes/base"],
         "components": [f"kubernetes/components/{c}" for c in components],
     }))
@@ -104,7 +106,9 @@ def test_every_variant_renders_and_is_valid(tmp_path, variant):
     assert {"Namespace", "DaemonSet", "Service"} <= {d["kind"] for d in docs}
     for doc in docs:
         validate(doc)
-        if doc["kind"] != "Namespace":
+        if doc["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in doc["metadata"], doc["metadata"]
+        else:
             assert doc["metadata"]["namespace"] == "gpuwait", doc["metadata"]
 
 
@@ -149,8 +153,9 @@ def test_daemonset_runs_unprivileged_on_gpu_nodes_and_sees_the_host():
     sc = container["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]} and not sc.get("privileged")
-    env = {e["name"]: e["value"] for e in container["env"]}
-    assert env == {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env == {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility",
+                   "NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
     # No GPU of its own: it would be taken from the workloads being watched.
     for section in container["resources"].values():
         assert set(section) == {"cpu", "memory"}
@@ -213,6 +218,33 @@ def test_container_arguments_are_exporter_flags(tmp_path, components):
         assert settings["web.config.file"] == "/etc/gpuwait/web/web-config.yml"
     if components == ("host-nfs-mountstats",):
         assert settings["collector.nfs.mountstats-path"].startswith("/run/gpuwait/")
+
+
+def test_the_daemonsets_account_may_get_nodes_pods_in_the_overlays_namespace(tmp_path):
+    """The kubelet's pod list: the base's ServiceAccount is the DaemonSet's, the ClusterRole
+    grants exactly `get` on nodes/pods, and the binding names the account in whatever
+    namespace an overlay puts it (here not the base's)."""
+    from gpuwait.owners import kubelet
+
+    docs = with_components(tmp_path, namespace="monitoring")
+    account, role, binding = one(docs, "ServiceAccount"), one(docs, "ClusterRole"), one(docs, "ClusterRoleBinding")
+    assert account["metadata"]["namespace"] == "monitoring"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/pods"], "verbs": ["get"]}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "monitoring"}]
+    spec = pod_spec(docs)
+    assert spec["serviceAccountName"] == account["metadata"]["name"] and spec["automountServiceAccountToken"] is False
+    container = spec["containers"][0]
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == kubelet.SERVICE_ACCOUNT_DIR]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    token, ca = volume["projected"]["sources"]
+    assert token["serviceAccountToken"]["path"] == "token" and token["serviceAccountToken"]["expirationSeconds"] <= 3600
+    assert ca["configMap"] == {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+    assert kubelet.TOKEN_FILE.default == f"{mount['mountPath']}/token" and kubelet.CA_FILE.default == f"{mount['mountPath']}/ca.crt"
+    assert "--collector.gpu.kubelet-tls-server-name=$(NODE_NAME)" in container["args"]
+
+    role = one(with_components(tmp_path, "kubelet-nodes-proxy"), "ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/pods", "nodes/proxy"], "verbs": ["get"]}]
 
 
 def test_service_and_monitors_select_the_exporter_pods(tmp_path):
@@ -346,13 +378,15 @@ def test_json_patch_only_adds():
 
 @pytest.mark.parametrize("component", sorted(generate.PATCHES))
 def test_patch_components_do_what_the_chart_value_does(tmp_path, component):
-    """One truth: base + component is the chart's DaemonSet rendered with the component's value."""
+    """One truth: base + component is the chart's base objects rendered with the component's value."""
     values, _ = generate.PATCHES[component]
-    (daemonset,) = [yaml.safe_load(text) for _, text in generate.render_chart({**generate.VALUES["default"], **values})
-                    if yaml.safe_load(text)["kind"] == "DaemonSet"]
-    rendered = one(with_components(tmp_path, component), "DaemonSet")
-    for doc in (daemonset, rendered):
+    expected = {key: obj for key, (_, obj) in generate.base_objects({**generate.VALUES["default"], **values}).items()}
+    rendered = {(d["kind"], d["metadata"]["name"]): d for d in with_components(tmp_path, component) if d["kind"] != "Namespace"}
+    assert rendered.keys() == expected.keys()
+    for doc in (*expected.values(), *rendered.values()):
         doc["metadata"].pop("namespace", None)
         for label in generate.HELM_LABELS:
             doc["metadata"]["labels"].pop(label, None)
-    assert rendered == daemonset
+        for subject in doc.get("subjects", []):
+            subject.pop("namespace", None)
+    assert rendered == expected

@@ -48,3 +48,15 @@ release: {{ . | quote }}
 {{- define "gpuwait.scheme" -}}
 {{- if and .Values.webConfig.secretName .Values.webConfig.tls }}https{{ else }}http{{ end -}}
 {{- end -}}
+
+{{/* The pods' service account: the chart's own where it creates one (podNames needs it), else
+the one named in serviceAccount.name (empty: the namespace's default, no serviceAccountName). */}}
+{{- define "gpuwait.serviceAccountName" -}}
+{{- if and .Values.podNames.enabled .Values.serviceAccount.create -}}
+{{- default (include "gpuwait.fullname" .) .Values.serviceAccount.name -}}
+{{- else if .Values.podNames.enabled -}}
+{{- required "podNames.enabled with serviceAccount.create=false needs serviceAccount.name: the account the ClusterRoleBinding grants nodes/pods to" .Values.serviceAccount.name -}}
+{{- else -}}
+{{- .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
