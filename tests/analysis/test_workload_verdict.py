@@ -56,3 +56,35 @@ def test_an_inference_server_with_few_requests_has_no_demand(outcomes):
     for g in outcomes["low_load_inference"].result.gpus:
         assert not g.demand
         assert g.verdict == "none"
+
+
+def _loop_report(data_wait: float):
+    from gpuwait.collectors.workload.window import OwnerWorkload
+    return OwnerWorkload(owner="job", kind="training", processes=1, data_wait_ratio=data_wait,
+                         compute_ratio=1 - data_wait, comm_ratio=0.0, step_seconds=1.0, steps_per_second=1.0,
+                         samples_per_second=0.0, requests_per_second=0.0, throughput_drop_ratio=None)
+
+
+def test_a_reported_data_wait_confirms_the_hosts_reading_instant_by_instant():
+    # Reads stalled in a few idle instants (owner-scoped, direct), a core busy in many more
+    # (only compatible with a decoder): alone, the host already names storage. The loop's
+    # report that it waited for data must not turn that over because the busy core spans
+    # more instants; at the instants without host evidence it goes to the stronger side.
+    from gpuwait.analysis.attribution import DIRECT, HOST, INFERRED, attribute, verdict
+    from gpuwait.analysis.evidence import workload
+    n = 100
+    idle = [1.0 if i % 2 else 0.0 for i in range(n)]
+    storage = [DIRECT if i % 2 and i < 40 else 0.0 for i in range(n)]
+    cpu = [INFERRED if i % 2 and i < 70 else 0.0 for i in range(n)]
+    evidence = {"storage": storage, "data_pipeline": cpu}
+    demand, throttled = [True] * n, [False] * n
+    alone = attribute(idle, evidence, demand, throttled)
+    reported = attribute(idle, workload.with_data_wait(evidence, idle, _loop_report(0.5), settings()), demand, throttled)
+    assert verdict(alone) == "storage"
+    assert verdict(reported) == "storage"
+    assert reported.wait_ratio["storage"] >= alone.wait_ratio["storage"]
+    assert reported.wait_ratio["insufficient_work"] < alone.wait_ratio["insufficient_work"]
+    # The look-alike: the busy core is where the stalls are; the report makes it the pipeline.
+    decoder = {"storage": [HOST if x else 0.0 for x in storage], "data_pipeline": [DIRECT if x else 0.0 for x in cpu]}
+    assert verdict(attribute(idle, workload.with_data_wait(decoder, idle, _loop_report(0.5), settings()),
+                             demand, throttled)) == "data_pipeline"

@@ -75,13 +75,18 @@ def with_data_wait(
     unexplained = [i for i in idle_at if not (storage[i] or cpu[i]) and not any(e[i] for e in inferred)]
     weaker = [i for i in idle_at if not (storage[i] or cpu[i]) and any(e[i] for e in inferred)]
     chosen = (host_side + unexplained + weaker)[:budget]
-    # The host side the loop waited on is the one with the stronger evidence over its idle
-    # instants (strength times instants): owner-scoped reads outweigh a saturated core.
-    target = "storage" if sum(storage[i] for i in idle_at) > sum(cpu[i] for i in idle_at) else "data_pipeline"
-    marked = list(out.get(target) or [0.0] * n)
+    # Where the host shows storage or CPU evidence at the same instant, it says which side the
+    # loop waited on, as it would without the loop's report: the stronger of the two there
+    # (ties to storage, the method's order). Elsewhere, the side the host names at more of
+    # the GPU's idle instants, so the report adds to the host's reading and never turns it.
+    side_at = {i: "storage" if storage[i] >= cpu[i] else "data_pipeline" for i in idle_at if storage[i] or cpu[i]}
+    stored = sum(1 for side in side_at.values() if side == "storage")
+    elsewhere = "storage" if stored > len(side_at) - stored else "data_pipeline"
+    marked = {c: list(out.get(c) or [0.0] * n) for c in ("storage", "data_pipeline")}
     for i in chosen:
+        side = side_at.get(i, elsewhere)
         # The loop's own measurement is the most direct evidence there is (A8): it outranks
         # whatever the host suggests at the same instant.
-        marked[i] = DIRECT + 1.0
-    out[target] = marked
+        marked[side][i] = DIRECT + 1.0
+    out.update(marked)
     return out
