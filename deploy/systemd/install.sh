@@ -3,6 +3,7 @@
 #   /opt/gpuwait                     a virtualenv with the exporter (--prefix to change)
 #   /etc/systemd/system/gpuwait.service
 #   /usr/lib/sysusers.d/gpuwait.conf and the gpuwait system user
+#   /usr/lib/tmpfiles.d/gpuwait.conf and the directories it names (workload spool, NCCL dumps)
 #   /etc/gpuwait/config.yml, /etc/gpuwait/web-config.yml   (kept if they exist)
 #   /opt/gpuwait/share/rules/*.yml   example alerting rules for your Prometheus
 #   /opt/gpuwait/share/doc/deploy.md
@@ -63,6 +64,11 @@ if [ "$live" = 1 ]; then
     elif ! id gpuwait >/dev/null 2>&1; then
         useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin gpuwait
     fi
+fi
+
+install -D -m 0644 "$here/gpuwait.tmpfiles" "$destdir/usr/lib/tmpfiles.d/gpuwait.conf"
+if [ "$live" = 1 ] && command -v systemd-tmpfiles >/dev/null 2>&1; then
+    systemd-tmpfiles --create /usr/lib/tmpfiles.d/gpuwait.conf
 fi
 
 # Configuration: readable by the service's group only (web-config.yml holds password

@@ -138,7 +138,7 @@ def pod_spec(docs: list[dict]) -> dict:
     return one(docs, "DaemonSet")["spec"]["template"]["spec"]
 
 
-def test_daemonset_runs_unprivileged_on_gpu_nodes_and_sees_the_host():
+def test_daemonset_runs_unprivileged_on_gpu_nodes_and_sees_the_host(tmp_path):
     docs = kustomize(KUBE)
     spec = pod_spec(docs)
     container = one([{"kind": "c", **c} for c in spec["containers"]], "c")
@@ -181,9 +181,20 @@ def test_daemonset_runs_unprivileged_on_gpu_nodes_and_sees_the_host():
     assert flags["collector.workload.spool-dir"] == spool
     mount = next(m for m in mounts.values() if m["mountPath"] == spool)
     assert volumes[mount["name"]]["hostPath"] == {"path": spool, "type": "DirectoryOrCreate"}
+    # NCCL Inspector's dumps: read-only where the flag points, opened to the jobs likewise.
+    dumps = flags["collector.nccl.dump-dir"]
+    dump_mount = next(m for m in mounts.values() if m["mountPath"] == dumps)
+    assert dump_mount["readOnly"] is True
+    assert volumes[dump_mount["name"]]["hostPath"] == {"path": "/var/lib/gpuwait/nccl", "type": "DirectoryOrCreate"}
     (init,) = spec["initContainers"]
-    assert [m["mountPath"] for m in init["volumeMounts"]] == [spool] and init["volumeMounts"][0]["name"] == mount["name"]
-    assert spool in " ".join(init["command"]) and "0o1777" in " ".join(init["command"])
+    assert {(m["name"], m["mountPath"]) for m in init["volumeMounts"]} == {(mount["name"], spool), (dump_mount["name"], dumps)}
+    # The command, run: it opens exactly the directories it is given.
+    assert init["command"][:2] == ["python", "-c"] and set(init["command"][3:]) == {spool, dumps}
+    opened = [tmp_path / "a", tmp_path / "b"]
+    for d in opened:
+        d.mkdir(mode=0o755)
+    subprocess.run([sys.executable, "-c", init["command"][2], *map(str, opened)], check=True)
+    assert all(d.stat().st_mode & 0o7777 == 0o1777 for d in opened)
     isc = init["securityContext"]
     assert isc["capabilities"] == {"drop": ["ALL"]} and isc["allowPrivilegeEscalation"] is False
     assert isc["readOnlyRootFilesystem"] is True and not isc.get("privileged")

@@ -15,6 +15,7 @@ import sys
 import urllib.request
 
 import pytest
+import yaml
 
 from gpuwait.core.registry import registry
 from gpuwait.core.registry import COLLECTOR_DEFAULTS, load_config_file
@@ -96,7 +97,7 @@ def test_unit_hardening_is_what_the_exporter_needs():
     assert one["User"] == "gpuwait" and one["Restart"] == "always"
     assert one["ProtectSystem"] == "strict" and one["ProtectHome"] == "yes" and one["PrivateTmp"] == "yes"
     assert one["NoNewPrivileges"] == "yes" and one["CapabilityBoundingSet"] == ""
-    assert set(one["ReadOnlyPaths"].split()) == {"/proc", "/sys"}
+    assert set(one["ReadOnlyPaths"].split()) == {"/proc", "/sys", "-/var/lib/gpuwait/nccl"}
     # NVML's device nodes, and nothing but them besides what DevicePolicy=closed implies.
     assert one["PrivateDevices"] == "no" and one["DevicePolicy"] == "closed"
     assert sorted(s["DeviceAllow"]) == ["char-nvidia-caps r", "char-nvidia-frontend rw"]
@@ -133,6 +134,7 @@ def test_install_layout_and_kept_configuration(tmp_path):
         assert mode == 0o640, (name, oct(mode))
         assert (root / "etc/gpuwait" / name).read_text() == (SYSTEMD / name).read_text()
     assert (root / "usr/lib/sysusers.d/gpuwait.conf").read_text() == (SYSTEMD / "gpuwait.sysusers").read_text()
+    assert (root / "usr/lib/tmpfiles.d/gpuwait.conf").read_text() == (SYSTEMD / "gpuwait.tmpfiles").read_text()
     assert (root / "srv/gpuwait/share/doc/deploy.md").is_file()
     assert sorted(p.name for p in (root / "srv/gpuwait/share/rules").iterdir()) == ["gpuwait.yml", "more.yaml"]
 
@@ -153,6 +155,23 @@ def test_sysusers_entry_creates_a_locked_system_user(tmp_path):
     name, _, uid, gid, _, home, shell = entry.split(":")
     assert int(uid) < 1000 and home == "/nonexistent" and shell == "/usr/sbin/nologin"
     assert any(line.startswith(f"gpuwait:x:{gid}:") for line in (root / "etc/group").read_text().splitlines())
+
+
+def test_tmpfiles_entry_creates_the_directories_jobs_write_into(tmp_path):
+    # Every user's jobs may create files there, and only remove their own (sticky, as /tmp);
+    # the example configuration reads the NCCL one.
+    root = tmp_path / "root"
+    root.mkdir()
+    r = run(["systemd-tmpfiles", f"--root={root}", "--create", str(SYSTEMD / "gpuwait.tmpfiles")])
+    assert r.returncode == 0, r.stderr
+    for path in ("run/gpuwait/workload", "var/lib/gpuwait/nccl"):
+        info = (root / path).stat()
+        assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o1777, (path, oct(info.st_mode))
+        assert info.st_uid == 0
+    config = yaml.safe_load((SYSTEMD / "config.yml").read_text())
+    assert config["collector.nccl.dump-dir"] == "/var/lib/gpuwait/nccl"
+    unit = (SYSTEMD / "gpuwait.service").read_text()
+    assert "-/var/lib/gpuwait/nccl" in unit and "ReadWritePaths=-/run/gpuwait/workload" in unit
 
 
 def test_example_configuration_files_load():
