@@ -87,3 +87,27 @@ def test_no_samples():
     a = run([math.nan] * 10)
     assert a.samples == 0
     assert verdict(a) == "none"
+
+
+def test_idle_under_a_resident_kernel_is_no_upstream_wait():
+    # Kernels too small to keep the SMs busy, resident 90 % of each instant: a busy core next to
+    # them (a decoder, or the very thread that launches them) explains only the 10 % with no
+    # kernel at all; the rest is work too small for the GPU (A4).
+    idle = [1.0] * 100
+    resident = [0.9] * 100
+    a = attribute(idle, {"data_pipeline": [INFERRED] * 100, "storage": [DIRECT] * 100}, [True] * 100, [False] * 100,
+                  resident=resident)
+    assert a.idle_ratio == pytest.approx(1.0)
+    assert a.wait_ratio["storage"] == pytest.approx(0.1)
+    assert a.wait_ratio["insufficient_work"] == pytest.approx(0.9)
+    assert verdict(a) == "insufficient_work"
+    # The look-alike: a collective waiting inside its kernel is a resident wait, and the
+    # network or a peer explains it.
+    b = attribute(idle, {"data_pipeline": [INFERRED] * 100, "sync": [INFERRED] * 100}, [True] * 100, [False] * 100,
+                  resident=resident)
+    assert b.wait_ratio["sync"] == pytest.approx(0.9)
+    assert b.wait_ratio["data_pipeline"] == pytest.approx(0.1)  # equal strength: the method's order
+    assert verdict(b) == "sync"
+    # No kernel resident: the same evidence names the upstream wait.
+    c = attribute(idle, {"data_pipeline": [INFERRED] * 100}, [True] * 100, [False] * 100, resident=[0.0] * 100)
+    assert verdict(c) == "data_pipeline"

@@ -82,7 +82,7 @@ def test_a_gpu_that_never_computes_wide_has_no_footprint(settings):
 
 
 def activity(idle, footprint, signal="sm_active"):
-    return GpuActivity(signal, [1 - x for x in idle], list(idle), list(footprint), 0.8)
+    return GpuActivity(signal, [1 - x for x in idle], list(idle), list(footprint), 0.8, [0.0] * len(idle))
 
 
 def test_sync_needs_a_resident_wait_and_a_peer_not_arrived():
@@ -195,3 +195,14 @@ def test_a_cgroup_throttled_in_its_periods_is_refused_cpu(settings):
     assert throttled(inputs, grid, "pod-b", settings) == [0.0] * 10
     assert throttled(inputs, grid, "pod-c", settings) is None
     assert throttled(AnalysisInputs({}, {}, {}, 10.0), grid, "pod-a", settings) is None
+
+
+def test_tiny_kernels_leave_a_resident_share_of_their_idle_time(settings):
+    # SM activity under the floor counts the instant idle, but a kernel ran for as much of it
+    # as utilization says (96 % here, 40 % later).
+    act = _gpm(settings, [0.05] * 50, [0.02] * 50, util=[0.96] * 25 + [0.4] * 25)
+    assert all(x == 1.0 for x in act.idle)
+    assert act.resident[:25] == pytest.approx([0.96] * 25)
+    assert act.resident[25:] == pytest.approx([0.4] * 25)
+    # Above the floor nothing is resident idle: busy SMs are compute (or a footprint).
+    assert not any(_gpm(settings, [0.82] * 50, [0.5] * 50).resident)

@@ -18,6 +18,12 @@ Three facts of the hardware shape this:
   because a phase of light kernels looks the same on its own. Without GPM the same sign is
   weaker (utilization pinned while the memory controller rests) and is used only against a
   peer that has no kernel at all (sync).
+- An instant idle because its kernels keep almost no SMs busy (GPM below
+  verdict.sm-idle-threshold) had a kernel resident for as much of it as utilization says.
+  A GPU waiting for its input has no kernel to run (a kernel cannot launch before the copy or
+  the batch it reads is issued), so that resident part is no wait on the CPU side, storage or a
+  copy: only a collective waiting inside its kernel explains it, or the kernels are too small
+  for the GPU (A4).
 """
 
 from __future__ import annotations
@@ -71,6 +77,9 @@ class GpuActivity:
     footprint: list[float]
     #: the GPU's working level (its activity when computing), None when it has none
     level: float | None
+    #: 0..1 per instant: the part of ``idle`` during which a kernel was resident (SM activity
+    #: below verdict.sm-idle-threshold while utilization says a kernel ran)
+    resident: list[float]
 
     def computing(self, i: int) -> bool:
         """A kernel ran for most of the instant and it was not a collective's footprint."""
@@ -114,21 +123,23 @@ def gpu_activity(view: WindowView, grid: Grid, gpu: tuple[str, str], settings: S
         level = quantile(sm, LEVEL_QUANTILE)
         dram_level = quantile(dram, LEVEL_QUANTILE)
         floor = settings[SM_IDLE_THRESHOLD]
-        idle, footprint = [], []
+        idle, footprint, resident = [], [], []
         for i in range(n):
             s, u = sm[i], util[i]
             if s != s:
                 idle.append(_idle_of(u))
                 footprint.append(0.0)
+                resident.append(0.0)
                 continue
             idle.append(1.0 if s < floor else (_idle_of(u) if u == u else 0.0))
+            resident.append(1.0 - _idle_of(u) if s < floor and u == u else 0.0)
             quiet_memory = dram[i] != dram[i] or dram_level is None or dram[i] <= share * dram_level
             if (level is not None and level >= MIN_WORKING_LEVEL and s >= floor and s <= share * level
                     and (u != u or u >= PINNED) and quiet_memory):
                 footprint.append(1.0 - s / level)
             else:
                 footprint.append(0.0)
-        return GpuActivity("sm_active", sm, idle, footprint, level)
+        return GpuActivity("sm_active", sm, idle, footprint, level, resident)
     memory = centred(grid, gpu_window.memory_busy(view, gpu))
     level = quantile(memory, LEVEL_QUANTILE)
     idle = [_idle_of(u) for u in util]
@@ -138,7 +149,8 @@ def gpu_activity(view: WindowView, grid: Grid, gpu: tuple[str, str], settings: S
             u, m = util[i], memory[i]
             if u == u and u >= PINNED and m == m and m <= share * level:
                 footprint[i] = 1.0 - m / level
-    return GpuActivity("utilization", util, idle, footprint, level)
+    # Without GPM no instant is idle while utilization says a kernel ran.
+    return GpuActivity("utilization", util, idle, footprint, level, [0.0] * n)
 
 
 def _idle_of(u: float) -> float:

@@ -13,6 +13,10 @@ quota, a peer still computing at the barrier) outranks evidence that is only com
 with a cause (a saturated core, which is as often a thread spinning in a CUDA sync or an
 MPI progress loop as a decoder), which outranks host-wide evidence not scoped to the owner.
 Equal strengths fall back on the method's order (core.facts.EVIDENCE_ORDER).
+
+Part of an instant's idle time may have had a kernel resident (kernels too small to keep the
+SMs busy, or a collective waiting inside its kernel). Only evidence of a collective's wait
+(RESIDENT_CAUSES) explains that part: a GPU starved by its input has no kernel to run.
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ INFERRED = 2.0
 #: Host-wide, not scoped to the GPU's owner: it names a cause only when nothing else does.
 HOST = 1.0
 
+#: The causes whose wait happens inside a resident kernel: NCCL's kernels stay on the GPU
+#: while they wait for the network or for a peer (NVIDIA/nccl#1432).
+RESIDENT_CAUSES = ("sync", "network")
+
 
 @dataclass(frozen=True, slots=True)
 class Attribution:
@@ -51,14 +59,18 @@ def attribute(
     throttled: Sequence[bool],
     order: Sequence[str] = (PAUSE, *EVIDENCE_ORDER),
     start: int = 0,
+    resident: Sequence[float] | None = None,
 ) -> Attribution:
     """``idle`` is the share of each grid instant the GPU had no work on (0..1, NaN where
     unknown); ``evidence`` maps a cause to its strength at each instant (0 or False: absent).
     Idle time no evidence explains is ``insufficient_work`` when the GPU's owner is there
-    and active (demand), else ``none`` (A1: no demand, nothing to fix). Instants before
-    ``start`` are left out (the long and the short window share one set of sequences)."""
+    and active (demand), else ``none`` (A1: no demand, nothing to fix). ``resident`` is the
+    part of each instant's idle share a kernel was resident for; only RESIDENT_CAUSES explain
+    it. Instants before ``start`` are left out (the long and the short window share one set
+    of sequences)."""
     totals = dict.fromkeys(CAUSES, 0.0)
     causes = [(c, evidence[c]) for c in order if evidence.get(c) is not None]
+    in_kernel = [(c, v) for c, v in causes if c in RESIDENT_CAUSES]
     samples = 0
     busy = busy_throttled = 0.0
     for i in range(start, len(idle)):
@@ -72,20 +84,26 @@ def attribute(
                 busy_throttled += 1.0 - x
         if x <= 0.0:
             continue
-        best, strength = None, 0.0
-        for cause, values in causes:
-            v = float(values[i])
-            if v > strength:
-                best, strength = cause, v
-        if best is None:
-            best = "insufficient_work" if demand[i] else "none"
-        elif best == PAUSE:
-            best = "none"
-        totals[best] += x
+        r = min(x, resident[i]) if resident is not None and resident[i] == resident[i] else 0.0
+        if x - r > 0.0:
+            totals[_strongest(causes, i, demand[i])] += x - r
+        if r > 0.0:
+            totals[_strongest(in_kernel, i, demand[i])] += r
     if samples == 0:
         return Attribution(0, 0.0, dict.fromkeys(CAUSES, 0.0), 0.0)
     ratios = {cause: totals[cause] / samples for cause in CAUSES}
     return Attribution(samples, sum(totals.values()) / samples, ratios, busy_throttled / busy if busy else 0.0)
+
+
+def _strongest(causes: Sequence[tuple[str, Sequence[float]]], i: int, demand: bool) -> str:
+    best, strength = None, 0.0
+    for cause, values in causes:
+        v = float(values[i])
+        if v > strength:
+            best, strength = cause, v
+    if best is None:
+        return "insufficient_work" if demand else "none"
+    return "none" if best == PAUSE else best
 
 
 @dataclass(frozen=True)

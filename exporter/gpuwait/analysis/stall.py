@@ -61,6 +61,13 @@ FALLBACK_LINK = (3, 16)
 MIN_COVERAGE = 0.8
 
 
+def stall_start(grid: Grid, settings: Settings) -> int:
+    """The first instant of the span a stall is judged over (the last stall-after)."""
+    end = grid.times[-1]
+    span = min(settings[STALL_AFTER], settings.analysis_window)
+    return next(i for i, t in enumerate(grid.times) if t >= end - span)
+
+
 def collective_stalled(view: WindowView, grid: Grid, gpu: tuple[str, str], device: GpuDevice | None,
                        collectives: GpuCollectives | None, settings: Settings) -> bool | None:
     """Whether the GPU sat in a collective that did not end for the last
@@ -74,7 +81,7 @@ def collective_stalled(view: WindowView, grid: Grid, gpu: tuple[str, str], devic
     # The window starts at its first GPU sample at or after its nominal start.
     if grid.times[0] > end - span + MAX_SAMPLE_PERIOD:
         return None
-    first = next(i for i, t in enumerate(grid.times) if t >= end - span)
+    first = stall_start(grid, settings)
     util = grid.hold(gpu_window.utilization(view, gpu))[first:]
     known = [u for u in util if u == u]
     if len(known) < MIN_COVERAGE * len(util):

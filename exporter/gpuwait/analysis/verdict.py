@@ -34,7 +34,7 @@ from gpuwait.analysis.evidence.network import LinkAlignment, Network
 from gpuwait.analysis.evidence.storage import storage
 from gpuwait.analysis.evidence.sync import sync
 from gpuwait.analysis.evidence.throttled import throttled
-from gpuwait.analysis.stall import collective_stalled
+from gpuwait.analysis.stall import collective_stalled, stall_start
 from gpuwait.analysis.timeseries import HOLD_INTERVALS, Grid, dominant_period
 from gpuwait.collectors.gpu import window as gpu_window
 from gpuwait.collectors.gpu.payload import GpuDevice
@@ -181,6 +181,13 @@ class VerdictAnalyser:
             # A resident collective's instant is a wait only where the network or a peer explains it.
             idle = [max(x, f) if f > 0.0 and (network_at[i] or sync_at[i]) else x
                     for i, (x, f) in enumerate(zip(act.idle, act.footprint))]
+            stalled = collective_stalled(gpu_view, grid, g, info, collectives.get(uuid), settings)
+            if stalled:
+                # Its ranks wait in a collective a peer does not join (A12): the resident kernel
+                # is the wait itself, whatever share of the SMs it holds.
+                first = stall_start(grid, settings)
+                idle = [1.0 if i >= first else x for i, x in enumerate(idle)]
+                sync_at = [DIRECT if i >= first else v for i, v in enumerate(sync_at)]
             evidence: dict[str, Sequence[float]] = {
                 "storage": owned.scoped(host_storage),
                 "data_pipeline": _strongest(
@@ -200,7 +207,8 @@ class VerdictAnalyser:
             if report is not None:
                 # The loop's own account outranks what the host suggests (A8, A13).
                 active = workload.demand(report, settings)
-                evidence = workload.with_data_wait(evidence, idle, report, settings)
+                evidence = workload.with_data_wait(evidence, [x - r if x == x else x for x, r in zip(idle, act.resident)],
+                                                   report, settings)
             if not active:
                 if report is not None:
                     # The loop itself reports too little to do (A1, A13): nothing to wait for.
@@ -213,8 +221,8 @@ class VerdictAnalyser:
                     evidence.pop("sync", None)
             demand = [active] * n
             reasons = throttled(gpu_view, grid, g)
-            long = attribute(idle, evidence, demand, reasons)
-            short = attribute(idle, evidence, demand, reasons, start=short_start)
+            long = attribute(idle, evidence, demand, reasons, resident=act.resident)
+            short = attribute(idle, evidence, demand, reasons, start=short_start, resident=act.resident)
             cause = _raised(verdict(long, rules), short, rules)
             period = dominant_period(act.activity, grid.step) if long.idle_ratio >= rules.min_idle_ratio else None
             if period is not None and period[1] < settings[DIP_MIN_PERIODICITY]:
@@ -225,7 +233,7 @@ class VerdictAnalyser:
                 verdict=cause, attribution=long,
                 dip_period_seconds=period[0] if period else None, dip_strength=period[1] if period else None,
                 links=tuple(a for a, _ in links), busy_signal=act.signal,
-                collective_stalled=collective_stalled(gpu_view, grid, g, info, collectives.get(uuid), settings),
+                collective_stalled=stalled,
             ), inputs.end))
         results = _mark_stragglers(results, settings)
         return NodeVerdict(tuple(results), _node_verdict(results), _node_waits(results))
