@@ -154,7 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, TraceError) as e:
         print(f"gpuwait-exporter: error: {e}", file=sys.stderr)
         return 2
-    ready = (lambda: replayer.readings > 0 or replayer.finished.is_set()) if replayer else sampler.ready
+    if replayer:
+        def ready() -> list[str]:
+            return [] if replayer.readings > 0 or replayer.finished.is_set() else ["replay has delivered no reading yet"]
+    else:
+        ready = sampler.not_ready
     prom_registry = CollectorRegistry(auto_describe=False)
     prom_registry.register(GpuwaitCollector(sampler, collectors))
     try:

@@ -115,9 +115,13 @@ class Sampler:
     def alive(self) -> bool:
         return bool(self._threads) and all(t.is_alive() for t in self._threads)
 
+    def not_ready(self) -> list[str]:
+        """Why the exporter is not ready, one reason per source; empty once every source
+        has been tried at least once."""
+        return [f"source {name} not read yet" for name, s in self.states.items() if s.reads == 0]
+
     def ready(self) -> bool:
-        """Every source has been tried at least once."""
-        return all(s.reads > 0 for s in self.states.values())
+        return not self.not_ready()
 
     # -- one source ------------------------------------------------------------------------
     def _run_source(self, state: SourceState) -> None:

@@ -254,7 +254,7 @@ def make_server(
     telemetry_path: str,
     registry: CollectorRegistry,
     healthy: Callable[[], bool],
-    ready: Callable[[], bool],
+    ready: Callable[[], list[str]],
     web_config_file: str = "",
     max_connections: int = 64,
 ) -> ThreadingHTTPServer:
@@ -301,8 +301,11 @@ def make_server(
                 ok = healthy()
                 self._reply(200 if ok else 503, "text/plain; charset=utf-8", b"OK\n" if ok else b"sampler stopped\n")
             elif path == "/-/ready":
-                ok = ready()
-                self._reply(200 if ok else 503, "text/plain; charset=utf-8", b"OK\n" if ok else b"not ready\n")
+                # Each reason names what is not ready (a source never read, one whose read has
+                # hung), so a failing probe says where to look.
+                reasons = ready()
+                body = b"OK\n" if not reasons else ("not ready: " + "; ".join(reasons) + "\n").encode()
+                self._reply(503 if reasons else 200, "text/plain; charset=utf-8", body)
             else:
                 self._reply(404, "text/plain; charset=utf-8", b"not found\n")
 
