@@ -169,7 +169,10 @@ def test_source_error_marks_source_down_and_counts():
     assert not state.up
     assert state.errors == 3
     assert state.reads == 4
-    assert state.latest is not None and state.latest.data == {"c": 1.0}, "the last good reading is kept"
+    assert state.latest is None, "a failed source serves nothing, not its last values"
+    src.outcome = {"c": 2.0}
+    sampler.sample_once(state)
+    assert state.up and state.latest.data == {"c": 2.0}
 
 
 def test_unexpected_exception_costs_only_that_source():
@@ -412,3 +415,71 @@ def test_timing_self_stats():
     assert state.read_seconds >= 0.04
     assert 0.02 <= state.mean_read_seconds < 1.0
     assert state.max_lag_seconds == 0.5
+
+
+# -- reads that hang -----------------------------------------------------------------------
+
+
+class HangingSource(Source):
+    """Blocks in read() while ``hang`` is set, as a read of a FIFO nobody writes or of a dead
+    NFS client's file does; ``release`` lets the blocked reads return."""
+
+    name = "hanging"
+
+    def __init__(self) -> None:
+        super().__init__(HostPaths())
+        self.hang = threading.Event()
+        self.release = threading.Event()
+        self.counter = 0.0
+        self.blocked = 0
+
+    def read(self) -> Reading:
+        if self.hang.is_set():
+            self.blocked += 1
+            self.release.wait(30.0)
+            self.blocked -= 1
+        self.counter += 1.0
+        return self.reading(time.monotonic(), {"c": self.counter})
+
+
+def wait_for(predicate, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def test_a_hung_read_takes_the_source_down_withdraws_its_series_and_recovers(monkeypatch, caplog):
+    import gpuwait.core.sampler as sampler_module
+    monkeypatch.setattr(sampler_module, "READ_DEADLINE_FLOOR_SECONDS", 0.3)
+    caplog.set_level(logging.INFO, logger="gpuwait.sampler")
+    hanging, healthy = HangingSource(), CountingSource()
+    sampler = sampler_with({"hanging": hanging, "healthy": healthy}, "--sample.interval=50ms", "--analysis.interval=10s")
+    state = sampler.states["hanging"]
+    sampler.start()
+    try:
+        assert wait_for(lambda: state.up and state.latest is not None)
+        hanging.hang.set()
+        assert wait_for(lambda: state.timed_out), "a read that never returns must be noticed"
+        assert not state.up and state.snapshot().reading is None and state.snapshot().stats is None
+        assert state.errors >= 1
+        assert any("stale" in r for r in sampler.not_ready())
+        assert any("timeout" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+        reads_before = healthy.reads
+        assert wait_for(lambda: healthy.reads > reads_before + 5), "the other sources go on"
+        # Retries are spaced out: a file that never answers holds a few threads, not one per slot.
+        time.sleep(1.0)
+        assert 1 <= state.hung_reads <= 4 and state.hung_reads <= hanging.blocked <= state.hung_reads + 1
+        # The file answers again (the FIFO replaced by a regular file): the next retry, on a
+        # fresh thread, brings the source back while the old reads are still blocked.
+        hanging.hang.clear()
+        assert wait_for(lambda: state.up and not state.timed_out, 15.0), "the source must recover on a retry"
+        assert state.latest is not None and not sampler.not_ready()
+        assert any("recovered from timeout" in r.getMessage() for r in caplog.records)
+    finally:
+        hanging.release.set()
+        sampler.stop(timeout=3.0)
+    assert wait_for(lambda: state.hung_reads == 0), "a blocked read that returns late is thrown away and its thread ends"
+    assert state.latest is None or state.latest.data["c"] >= 1.0

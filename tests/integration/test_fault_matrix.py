@@ -18,7 +18,8 @@ file garbage from the start                test_exporter_process.py::test_failin
 SIGTERM / SIGINT while idle                test_exporter_process.py::test_signal_stops_cleanly
 =========================================  ==========================================================
 
-Rows here: a file truncated, then filled with garbage, mid-run; 32-bit IB data counters that
+Rows here: a file replaced by a FIFO that never answers, then restored; one malformed core
+line in /proc/stat; a file truncated, then filled with garbage, mid-run; 32-bit IB data counters that
 wrap and 64-bit ones that reset; thousands of short-lived processes on a GPU; a 2,000-line
 /proc/stat; the wall clock stepping while the monotonic clock does not; SIGTERM during
 scrapes; SIGHUP reloading the configuration; a bad configuration on reload.
@@ -146,6 +147,59 @@ def test_truncated_then_garbage_file_costs_only_its_source_and_recovers(tmp_path
         no_crash(exp)
         log = exp.log()
     assert "recovered" in log
+
+
+def test_a_read_that_hangs_is_noticed_withdraws_its_series_and_recovers_when_the_file_answers(tmp_path):
+    """/proc/stat replaced by a FIFO nobody writes: the open blocks in the kernel for ever.
+    Within the read deadline (10 s, sampler.READ_DEADLINE_FLOOR_SECONDS) the source is down with
+    cause timeout, its series are gone rather than frozen, readiness names it, the other
+    sources go on; once a regular file is back, a retry on a fresh thread reads it."""
+    tree = copy_host(tmp_path)
+    stat = tree / "proc" / "stat"
+    healthy = stat.read_text()
+    args = [*tree_args(tree), *QUICK, *only("cpu", "pressure", "netdev")]
+    with ExporterProcess(args) as exp:
+        exp.wait_for(lambda s: value(s, "gpuwait_source_up", source="cpu") == 1.0 and s.get("gpuwait_cpu_seconds_total"))
+        stat.unlink()
+        os.mkfifo(stat)
+        samples = exp.wait_for(lambda s: s if value(s, "gpuwait_source_up", source="cpu") == 0.0 else None, timeout=30.0)
+        assert "gpuwait_cpu_seconds_total" not in samples and "gpuwait_procs_running" not in samples
+        assert value(samples, "gpuwait_source_reading_age_seconds", source="cpu") is None
+        assert value(samples, "gpuwait_source_errors_total", source="cpu") >= 1
+        for source in ("pressure", "netdev"):
+            assert value(samples, "gpuwait_source_up", source=source) == 1.0
+            assert value(samples, "gpuwait_source_reading_age_seconds", source=source) < 5.0
+        assert samples.get("gpuwait_network_receive_bytes_total")
+        code, body = exp.get("/-/ready")
+        assert code == 503 and "source cpu stale" in body, body
+        assert exp.get("/-/healthy")[0] == 200
+        stat.unlink()
+        stat.write_text(healthy)
+        exp.wait_for(lambda s: value(s, "gpuwait_source_up", source="cpu") == 1.0 and s.get("gpuwait_cpu_seconds_total"), timeout=40.0)
+        assert exp.get("/-/ready")[0] == 200
+        no_crash(exp)
+        log = exp.log()
+    assert "source cpu: timeout" in log and "recovered from timeout" in log
+
+
+def test_one_malformed_core_line_costs_that_core_only(tmp_path):
+    tree = copy_host(tmp_path)
+    stat = tree / "proc" / "stat"
+    lines = stat.read_text().splitlines(keepends=True)
+    args = [*tree_args(tree), *QUICK, *only("cpu")]
+    with ExporterProcess(args) as exp:
+        samples = exp.wait_for(lambda s: s if s.get("gpuwait_cpu_seconds_total") else None)
+        cores = {lbl["cpu"] for lbl, _ in samples["gpuwait_cpu_seconds_total"]}
+        short = next(i for i, line in enumerate(lines) if line.startswith("cpu1 "))
+        rewrite(stat, "".join(lines[:short] + ["cpu1 5 x\n"] + lines[short + 1:]))
+        samples = exp.wait_for(lambda s: s if value(s, "gpuwait_source_errors_total", source="cpu") >= 3
+                               and "1" not in {lbl["cpu"] for lbl, _ in s.get("gpuwait_cpu_seconds_total", [])} else None)
+        assert value(samples, "gpuwait_source_up", source="cpu") == 1.0
+        assert {lbl["cpu"] for lbl, _ in samples["gpuwait_cpu_seconds_total"]} == cores - {"1"}
+        assert samples.get("gpuwait_procs_running")
+        no_crash(exp)
+        log = exp.log()
+    assert log.count(":cpu1") == 1, "the bad line is logged once"
 
 
 # -- counters that wrap and reset -----------------------------------------------------------

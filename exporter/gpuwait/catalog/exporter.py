@@ -12,8 +12,13 @@ METRICS = (
     ),
     MetricSpec(
         "gpuwait_source_up", "gauge",
-        "1 when the source's last read succeeded, 0 when it failed.",
+        "1 when the source's last read succeeded, 0 when it failed or has not returned within its deadline (cause timeout); a source that is down serves none of its series.",
         labels=("source",), source=SOURCE,
+    ),
+    MetricSpec(
+        "gpuwait_source_reading_age_seconds", "gauge",
+        "Seconds since the reading behind the source's series was taken (absent while the source serves none); it grows past the source's interval only when reads are late, hang or fail.",
+        labels=("source",), unit="seconds", source=SOURCE,
     ),
     MetricSpec(
         "gpuwait_source_no_data", "gauge",

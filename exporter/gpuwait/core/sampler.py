@@ -29,6 +29,72 @@ log = logging.getLogger("gpuwait.sampler")
 #: grow the set without limit (the price is an occasional repeated log line).
 MAX_REMEMBERED_CAUSES = 1000
 
+#: A read that has not returned after this long (or after READ_DEADLINE_INTERVALS of its
+#: interval, whichever is longer) is given up: the floor leaves room for a first NVML call or
+#: a cold sysfs walk on a large node; a hung FIFO, a dead NFS client or a wedged driver never
+#: returns at all, so waiting longer would only hide it.
+READ_DEADLINE_FLOOR_SECONDS = 10.0
+READ_DEADLINE_INTERVALS = 5
+#: Cause of a read that outlived its deadline.
+TIMEOUT_CAUSE = "timeout"
+#: A read that hangs in the kernel cannot be interrupted from Python; the thread it holds is
+#: the price. Retries of a source whose reads keep hanging are spaced out (doubling from the
+#: deadline up to RETRY_BACKOFF_CEILING_SECONDS) and stop at MAX_HUNG_READS threads, so a file
+#: that never answers costs a few threads, not one per interval; a file that is replaced by
+#: one that answers (the FIFO removed, the mount back) is picked up on the next retry.
+RETRY_BACKOFF_CEILING_SECONDS = 300.0
+MAX_HUNG_READS = 16
+
+
+@dataclass
+class ReadOutcome:
+    reading: Reading | None
+    details: dict[str, str]
+    no_data: NoData | None
+    started: float
+    duration: float
+
+
+class _Reader:
+    """A thread that performs one source's reads when asked, so the source's worker can stop
+    waiting for a read that hangs. An abandoned reader finishes its read, if it ever does,
+    throws the outcome away and ends."""
+
+    def __init__(self, sampler: "Sampler", state: "SourceState") -> None:
+        self._sampler = sampler
+        self._state = state
+        self._requested = threading.Event()
+        self._done = threading.Event()
+        self._outcome: ReadOutcome | None = None
+        self.abandoned = False
+        self.thread = threading.Thread(target=self._run, name=f"read-{state.spec.name}", daemon=True)
+        self.thread.start()
+
+    def read(self, deadline: float) -> ReadOutcome | None:
+        """The outcome of one read, or None when it has not returned within ``deadline`` s."""
+        self._done.clear()
+        self._requested.set()
+        if not self._done.wait(deadline):
+            return None
+        return self._outcome
+
+    def release(self) -> None:
+        """Ends the thread once it is idle (the sampler stops)."""
+        self._requested.set()
+
+    def _run(self) -> None:
+        while True:
+            self._requested.wait()
+            self._requested.clear()
+            if self.abandoned or self._sampler._stop.is_set():
+                return
+            outcome = self._sampler.read_source(self._state)
+            if self.abandoned:
+                self._sampler._hung_read_returned(self._state)
+                return
+            self._outcome = outcome
+            self._done.set()
+
 
 @dataclass
 class SourceState:
@@ -56,9 +122,26 @@ class SourceState:
     active_causes: set[str] = field(default_factory=set)
     #: Partial causes already logged.
     logged_partial: set[str] = field(default_factory=set)
+    #: The latest read outlived its deadline: nothing this source holds is served.
+    timed_out: bool = False
+    #: Reads given up on whose threads are still blocked, and when a retry is allowed.
+    hung_reads: int = 0
+    retry_after: float = 0.0
+    reader: _Reader | None = None
+    #: time.monotonic() when the served reading was folded in (the process's own clock,
+    #: also during a replay, whose readings carry the trace's clock).
+    taken_at: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @property
+    def read_deadline(self) -> float:
+        return max(READ_DEADLINE_FLOOR_SECONDS, READ_DEADLINE_INTERVALS * self.interval)
+
     def snapshot(self) -> Snapshot:
+        # A source whose read hangs serves nothing rather than its last values: a frozen
+        # counter reads as an idle device to rate().
+        if self.timed_out:
+            return Snapshot(None, None)
         return Snapshot(self.latest, self.stats)
 
 
@@ -103,6 +186,9 @@ class Sampler:
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
+        for state in self.states.values():
+            if state.reader is not None:
+                state.reader.release()
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -116,9 +202,15 @@ class Sampler:
         return bool(self._threads) and all(t.is_alive() for t in self._threads)
 
     def not_ready(self) -> list[str]:
-        """Why the exporter is not ready, one reason per source; empty once every source
-        has been tried at least once."""
-        return [f"source {name} not read yet" for name, s in self.states.items() if s.reads == 0]
+        """Why the exporter is not ready, one reason per source: never read yet, or its read
+        hangs. Empty once every source has been read and none hangs."""
+        reasons = []
+        for name, state in self.states.items():
+            if state.timed_out:
+                reasons.append(f"source {name} stale: its read has not returned within {state.read_deadline:g}s")
+            elif state.reads == 0:
+                reasons.append(f"source {name} not read yet")
+        return reasons
 
     def ready(self) -> bool:
         return not self.not_ready()
@@ -130,7 +222,7 @@ class Sampler:
         while not self._stop.is_set():
             started = time.monotonic()
             lag = max(0.0, started - next_due)
-            self.sample_once(state, lag)
+            self._sample_within_deadline(state, lag)
             next_due += interval
             now = time.monotonic()
             if now > next_due:
@@ -140,8 +232,49 @@ class Sampler:
                 next_due += missed * interval
             self._stop.wait(max(0.0, next_due - time.monotonic()))
 
+    def _sample_within_deadline(self, state: SourceState, lag: float) -> None:
+        if state.reader is None:
+            if state.hung_reads and (state.hung_reads >= MAX_HUNG_READS or time.monotonic() < state.retry_after):
+                return  # every allowed thread is still blocked, or the next retry is not due
+            state.reader = _Reader(self, state)
+        outcome = state.reader.read(state.read_deadline)
+        if outcome is None:
+            state.reader.abandoned = True
+            state.reader = None
+            self._give_up_read(state, lag)
+            return
+        self.ingest(state, outcome.reading, outcome.details, outcome.started, outcome.duration, lag, outcome.no_data)
+
+    def _give_up_read(self, state: SourceState, lag: float) -> None:
+        now = time.monotonic()
+        with state.lock:
+            state.hung_reads += 1
+            state.retry_after = now + min(RETRY_BACKOFF_CEILING_SECONDS, state.read_deadline * 2 ** (state.hung_reads - 1))
+            state.timed_out = True
+            state.up = False
+            state.latest = None
+            state.taken_at = None
+            state.stats = None
+            state.errors += 1
+            state.reads += 1
+            state.timings.append((now - state.read_deadline, state.read_deadline, lag))
+            hung = state.hung_reads
+        self._log_causes(state, False, {TIMEOUT_CAUSE: f"a read has not returned within {state.read_deadline:g}s "
+                                        f"({hung} read thread{'s' if hung > 1 else ''} blocked); its series are withdrawn"})
+
+    def _hung_read_returned(self, state: SourceState) -> None:
+        with state.lock:
+            state.hung_reads -= 1
+            if not state.hung_reads:
+                state.retry_after = 0.0
+
     def sample_once(self, state: SourceState, lag: float = 0.0) -> None:
-        """Read one source once and fold the result into its state (also used by tests)."""
+        """Read one source once, in the calling thread, and fold the result into its state."""
+        outcome = self.read_source(state)
+        self.ingest(state, outcome.reading, outcome.details, outcome.started, outcome.duration, lag, outcome.no_data)
+
+    def read_source(self, state: SourceState) -> ReadOutcome:
+        """One read of the source, its failure turned into causes; touches no state."""
         started = time.monotonic()
         details: dict[str, str] = {}
         reading: Reading | None = None
@@ -157,8 +290,7 @@ class Sampler:
             details[cause] = str(e)
             if cause not in state.active_causes:
                 log.error("source %s failed unexpectedly", state.spec.name, exc_info=True)
-        duration = time.monotonic() - started
-        self.ingest(state, reading, details, started, duration, lag, no_data)
+        return ReadOutcome(reading, details, no_data, started, time.monotonic() - started)
 
     def ingest(
         self, state: SourceState, reading: Reading | None, details: dict[str, str] | None = None,
@@ -188,13 +320,18 @@ class Sampler:
             state.errors += len(details)
             when = started if started is not None else (reading.t if reading is not None else time.monotonic())
             state.timings.append((when, duration, lag))
+            state.timed_out = False
             if reading is not None:
                 state.latest = reading
+                state.taken_at = time.monotonic()
                 if state.ring is not None:
                     for t, values in rows:
                         state.ring.append(t, values)
-            elif no_data is not None:
+            else:
+                # Failed or found nothing: the last reading is not served again, since its
+                # counters, frozen, would read as an idle device.
                 state.latest = None
+                state.taken_at = None
             had_no_data, state.no_data = state.no_data, no_data is not None
             state.up = reading is not None or no_data is not None
         if reading is not None:
@@ -247,7 +384,8 @@ class Sampler:
         views: dict[str, WindowView] = {}
         for state in self.states.values():
             with state.lock:
-                view = state.ring.view(since=horizon) if state.ring is not None else None
+                timed_out = state.timed_out
+                view = state.ring.view(since=horizon) if state.ring is not None and not timed_out else None
                 state.timings = [t for t in state.timings if t[0] >= horizon]
                 timings = list(state.timings)
             if timings:
@@ -256,7 +394,9 @@ class Sampler:
             state.window_samples = len(view) if view is not None else len(timings)
             if view is not None:
                 views[state.spec.name] = view
-            if view is not None and state.spec.summarize is not None:
+            if timed_out:
+                state.stats = None
+            elif view is not None and state.spec.summarize is not None:
                 try:
                     state.stats = state.spec.summarize(view, self.settings)
                 except Exception:

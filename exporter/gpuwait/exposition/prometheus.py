@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import platform
+import time
 from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -87,6 +88,9 @@ class GpuwaitCollector(Collector):
             label = (name,)
             yield Sample("gpuwait_source_up", label, 1.0 if state.up else 0.0)
             yield Sample("gpuwait_source_no_data", label, 1.0 if state.no_data else 0.0)
+            taken_at = state.taken_at
+            if taken_at is not None and not state.timed_out:
+                yield Sample("gpuwait_source_reading_age_seconds", label, max(0.0, time.monotonic() - taken_at))
             yield Sample("gpuwait_source_errors_total", label, state.errors)
             yield Sample("gpuwait_source_reads_total", label, state.reads)
             yield Sample("gpuwait_source_read_seconds_total", label, state.read_seconds)

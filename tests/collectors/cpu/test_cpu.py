@@ -5,7 +5,8 @@ from __future__ import annotations
 
 
 import pytest
-from hypothesis import given
+from hypothesis import given, strategies as st
+from hypothesis import settings as hypothesis_settings
 
 from conftest import HOST_TREE
 from fuzz import examples, only_parse_errors, texts
@@ -44,11 +45,56 @@ def test_parse_kernel_that_prints_four_columns():
 
 @pytest.mark.parametrize("text", [
     "", "intr 1 2\n", "cpu  1 2 3\n", "cpuX 1 2 3 4\n", "cpu0 1 2 -3 4\n", "cpu0 1 2 x 4\n",
-    "cpu0 1 2 3 4\ncpu0 1 2 3 4\n", "cpu 1 2 3 4\nprocs_running\n", "cpu 1 2 3 4\nprocs_blocked two\n",
+    "cpu0 1 2 3 4\ncpu0 1 2 3 4\n",
 ])
-def test_parse_rejects(text):
+def test_parse_rejects_a_file_without_one_good_cpu_line(text):
     with pytest.raises(ParseError):
         parse_proc_stat(text)
+
+
+@pytest.mark.parametrize("bad_line, key", [
+    ("cpu1 5 6\n", "cpu1"), ("cpu1 5 x 7 8\n", "cpu1"), ("cpu1 5 -6 7 8\n", "cpu1"),
+    ("cpuX 1 2 3 4\n", "line 3"), ("procs_running\n", "procs_running"), ("procs_blocked two\n", "procs_blocked"),
+])
+def test_a_malformed_line_costs_its_own_series_only(bad_line, key):
+    stat = parse_proc_stat("cpu  10 0 5 100\ncpu0 10 0 5 100\n" + bad_line + "cpu2 1 2 3 4\nprocs_running 3\nprocs_blocked 1\n")
+    assert [k for k, _ in stat.bad_lines] == [key]
+    assert stat.cpus["0"]["user"] == 10 and stat.cpus["2"]["idle"] == 4
+    if key != "procs_running":
+        assert stat.procs_running == 3
+
+
+def test_a_core_listed_twice_is_dropped_and_named():
+    stat = parse_proc_stat("cpu0 1 2 3 4\ncpu0 1 2 3 5\ncpu1 1 2 3 4\n")
+    assert set(stat.cpus) == {"1"} and [k for k, _ in stat.bad_lines] == ["cpu0"]
+
+
+def test_source_serves_the_other_cores_when_one_line_is_short(tmp_path):
+    (tmp_path / "proc").mkdir()
+    lines = (HOST_TREE / "proc" / "stat").read_text().splitlines(keepends=True)
+    short = next(i for i, line in enumerate(lines) if line.startswith("cpu1 "))
+    lines[short] = "cpu1 5 6\n"
+    (tmp_path / "proc" / "stat").write_text("".join(lines))
+    reading = CpuSource(HostPaths(str(tmp_path / "proc"), str(tmp_path / "sys")), ticks_per_second=100).read()
+    assert reading.errors == (f"parse:{tmp_path / 'proc' / 'stat'}:cpu1",)
+    full = CpuSource(HostPaths(str(HOST_TREE / "proc"), str(HOST_TREE / "sys")), ticks_per_second=100).read()
+    assert set(reading.data.cores) == set(full.data.cores) - {"1"}
+
+
+@hypothesis_settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_any_single_line_corruption_loses_at_most_that_lines_series(data):
+    lines = (HOST_TREE / "proc" / "stat").read_text().splitlines()
+    full = parse_proc_stat("\n".join(lines))
+    index = data.draw(st.integers(0, len(lines) - 1))
+    old = lines[index]
+    lines[index] = data.draw(st.text(st.characters(codec="ascii", exclude_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85"), max_size=40))
+    # The lines the corruption touches: the one it replaced and the one its text now claims to be.
+    claimed = {(parts[0][3:] or "cpu") for parts in (old.split(), lines[index].split()) if parts and parts[0].startswith("cpu")}
+    stat = parse_proc_stat("\n".join(lines))
+    assert set(full.cpus) - set(stat.cpus) <= claimed
+    for name in (set(full.cpus) & set(stat.cpus)) - claimed:
+        assert stat.cpus[name] == full.cpus[name]
 
 
 # -- source ----------------------------------------------------------------------------------

@@ -191,6 +191,16 @@ def test_source_unreadable_resource_drops_only_it(tmp_path):
     assert {r for r, _ in reading.data.stalled_seconds} == {"cpu", "io"}
 
 
+def test_source_counts_a_missing_full_line_of_io_or_memory(tmp_path):
+    some_only = "some avg10=1.00 avg60=2.00 avg300=3.00 total=5000000\n"
+    source = _tree(tmp_path, cpu=some_only, io=some_only, memory=_VALID)
+    reading = source.read()
+    # cpu has no full line before 5.13, so only io's absence is a damaged file.
+    assert reading.errors == (f"parse:{tmp_path}/proc/pressure/io:full",)
+    assert reading.data.stalled_seconds[("io", "some")] == 5.0 and ("io", "full") not in reading.data.stalled_seconds
+    assert ("memory", "full") in reading.data.stalled_seconds
+
+
 def test_source_garbage_resource_drops_only_it(tmp_path):
     source = _tree(tmp_path, cpu="\x00\x01garbage\n", io=_VALID, memory=_VALID)
     reading = source.read()

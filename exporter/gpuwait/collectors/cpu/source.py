@@ -37,4 +37,5 @@ class CpuSource(Source):
             for cpu, ticks in stat.cpus.items()
             if cpu != "cpu"
         }
-        return self.reading(t, CpuData(cores, stat.procs_running, stat.procs_blocked))
+        errors = tuple(f"parse:{self.path}:{key}" for key, _ in stat.bad_lines)
+        return self.reading(t, CpuData(cores, stat.procs_running, stat.procs_blocked), errors)

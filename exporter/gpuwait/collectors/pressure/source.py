@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import time
 
-from gpuwait.collectors.pressure.parse import parse_pressure
+from gpuwait.collectors.pressure.parse import SCOPES, parse_pressure
 from gpuwait.collectors.pressure.payload import PressureData
 from gpuwait.core import pseudofile
 from gpuwait.core.errors import NoData, ParseError, SourceError
@@ -57,6 +57,11 @@ class PressureSource(Source):
                 if resource == "cpu" and scope == "full":
                     continue
                 stalled[(resource, scope)] = line.total_seconds
+            # Every kernel with PSI prints both scopes for io and memory (psi_show()); one
+            # missing is a damaged file, counted and logged like any other bad part.
+            for scope in SCOPES:
+                if resource != "cpu" and scope not in lines:
+                    errors.append(f"parse:{path}:{scope}")
         if not stalled:
             if absent == len(self.paths_by_resource):
                 raise NoData(f"unavailable:{self.paths.proc('pressure')}", "; ".join(errors))
