@@ -22,6 +22,7 @@ from gpuwait.core.config import (
     WEB_CONFIG_FILE,
     WEB_LISTEN_ADDRESS,
     WEB_MAX_CONNECTIONS,
+    WEB_MAX_REQUESTS,
     WEB_TELEMETRY_PATH,
     Settings,
 )
@@ -166,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings[WEB_LISTEN_ADDRESS], settings[WEB_TELEMETRY_PATH], prom_registry,
             healthy=(lambda: True) if replayer else sampler.alive, ready=ready,
             web_config_file=settings[WEB_CONFIG_FILE], max_connections=settings[WEB_MAX_CONNECTIONS],
+            max_requests=settings[WEB_MAX_REQUESTS],
         )
     except ConfigError as e:
         print(f"gpuwait-exporter: error: {e}", file=sys.stderr)

@@ -97,6 +97,16 @@ def parse_speed(value: Any) -> float:
     return f
 
 
+def parse_count(value: Any) -> int:
+    """A whole number, 0 or more."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a number: {value!r}")
+    n = int(value)
+    if n < 0:
+        raise ValueError(f"must be 0 or more: {value!r}")
+    return n
+
+
 def parse_positive_int(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError(f"not a number: {value!r}")
@@ -169,7 +179,12 @@ WEB_CONFIG_FILE = Option(
 )
 WEB_MAX_CONNECTIONS = Option(
     "web.max-connections", parse_positive_int, 64,
-    "Most HTTP connections served at once; beyond it, connections still sending their request are cut first, then new ones wait briefly or are closed.",
+    "Most HTTP connections served at once; beyond it, connections still sending their request are cut first, and where none is, new ones get 503.",
+    "N",
+)
+WEB_MAX_REQUESTS = Option(
+    "web.max-requests", parse_count, 40,
+    "Most metrics requests answered at once; beyond it they get 503 (0: no limit), as node_exporter's flag of that name.",
     "N",
 )
 
@@ -177,7 +192,7 @@ WEB_MAX_CONNECTIONS = Option(
 EXPORTER_OPTIONS: tuple[Option, ...] = (
     WEB_LISTEN_ADDRESS, WEB_TELEMETRY_PATH, PATH_PROCFS, PATH_SYSFS, SAMPLE_INTERVAL, SLOW_INTERVAL,
     ANALYSIS_WINDOW, ANALYSIS_INTERVAL, LOG_LEVEL, RECORD_FILE, REPLAY_FILE, REPLAY_SPEED,
-    SIMULATE_SCENARIO, SIMULATE_PARAMS, WEB_CONFIG_FILE, WEB_MAX_CONNECTIONS,
+    SIMULATE_SCENARIO, SIMULATE_PARAMS, WEB_CONFIG_FILE, WEB_MAX_CONNECTIONS, WEB_MAX_REQUESTS,
 )
 #: The key under which Settings keeps the --config.file given (not an option of the file).
 CONFIG_FILE = "config.file"

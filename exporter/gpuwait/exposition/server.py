@@ -1,11 +1,13 @@
 """The HTTP endpoint: landing page, metrics, and health for liveness/readiness probes.
 
 Prometheus's scrape must get through whatever else connects, so every connection is bounded:
-at most ``--web.max-connections`` at once; the TLS handshake, the request and the response
-each have a deadline, enforced by a reaper that shuts the socket down (a per-read timeout
-alone lets a client trickle one byte at a time forever); and when all slots are taken, the
-oldest connection still sending its request is cut to make room, so idle or slow clients
-cannot keep a scrape out. TLS and basic authentication come from ``--web.config.file``
+the TLS handshake, the request header and the response each have a deadline, enforced by a
+reaper that shuts the socket down (a per-read timeout alone lets a client trickle one byte
+at a time forever); connections still sending their request form a large pool whose oldest
+member is cut when it is full; at most ``--web.max-connections`` requests are answered at
+once, and past that a new one is answered 503; at most ``--web.max-requests`` of them may be
+metrics requests, beyond which they get 503 too, as with node_exporter. The accept loop
+never waits (see ConnectionGuard). TLS and basic authentication come from ``--web.config.file``
 (see webconfig.py); the web.* options are declared with the exporter's own, in
 gpuwait.core.config.
 """
@@ -31,21 +33,21 @@ from gpuwait.exposition.webconfig import WebConfig, WebConfigSource, peer_sans
 
 log = logging.getLogger("gpuwait.server")
 
-#: A client that sends nothing for this long is cut off, so it cannot hold a worker thread;
-#: it is also the deadline, counted from accept, for the whole request to have arrived.
-REQUEST_TIMEOUT_SECONDS = 10.0
+#: Deadline for the whole request header to have arrived, counted from accept (from the end
+#: of the handshake, with TLS); Prometheus sends its GET in one write.
+REQUEST_TIMEOUT_SECONDS = 5.0
 #: Deadline, counted from accept, for the TLS handshake.
 HANDSHAKE_TIMEOUT_SECONDS = 5.0
 #: Deadline for sending the response once the request has arrived; far above any sane
 #: scrape timeout, it only stops a client that reads the response a byte at a time.
 RESPONSE_TIMEOUT_SECONDS = 60.0
-#: When every slot is taken, a connection still sending its request after this long may be
-#: cut to make room: no real client, Prometheus included, takes that long to send a GET.
-EVICT_AFTER_SECONDS = 0.5
-#: A connection past this age may be cut to make room even while it is being answered.
+#: A connection answered for longer than this may be cut to make room for a new request.
 STALE_AFTER_SECONDS = 15.0
-#: How long a new connection may wait for a free slot before it is closed.
-ADMIT_WAIT_SECONDS = 5.0
+#: Connections still handshaking or sending their request, per --web.max-connections: a
+#: slow client costs a blocked thread and a descriptor, no CPU, so there is room for many
+#: more of them than of requests being answered. The larger this pool, the more slow
+#: clients it takes to push out a real one in the milliseconds its GET takes to arrive.
+PENDING_PER_CONNECTION = 8
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:
@@ -74,24 +76,43 @@ class _Connection:
         self.family = sock.family
         self.accepted = now
         self.deadline = now + REQUEST_TIMEOUT_SECONDS
-        self.phase = "request"  # "handshake", "request", then "response"
+        #: "handshake", "request" (pending), then "auth" (waiting for a bcrypt check) and
+        #: "response" (served)
+        self.phase = "request"
         self.cut = False
         self.config: WebConfig | None = None
         #: The TLS wrapper, which owns the descriptor once made: kept here so that it is
         #: closed only after the guard has let go of the connection, even on an error.
         self.tls: ssl.SSLSocket | None = None
 
+    @property
+    def pending(self) -> bool:
+        return self.phase in ("handshake", "request")
+
 
 class ConnectionGuard:
-    """Counts connections, enforces their deadlines and makes room when all slots are taken.
+    """Counts connections, enforces their deadlines and makes room for new ones.
+
+    Two pools. Connections still handshaking or sending their request (pending) may be
+    many; when they are all taken the oldest is cut: a real client leaves the pool within
+    milliseconds, so the oldest is a slow one. Requests being answered are at most
+    ``max_connections``; past it a new request cuts one waiting for a bcrypt check (a
+    correct password is answered from a cache, without that wait) or one answered for
+    over STALE_AFTER_SECONDS, and where there is none it is answered 503. Nothing here
+    waits: admission runs on the accept loop, and a wait there would hold every
+    connection queued behind in the kernel, a scrape among them.
 
     A connection's socket stays open until its worker has released it here, under the lock;
     so while it is registered its file descriptor is its own, and the guard may shut it down
-    (which wakes up a worker blocked in a read or write) without racing a close.
+    (which wakes up a worker blocked in a read or write) without racing a close. A cut
+    connection keeps its entry until then, but no longer counts against either pool.
     """
 
-    def __init__(self, max_connections: int) -> None:
+    def __init__(self, max_connections: int, max_pending: int | None = None) -> None:
         self.max_connections = max_connections
+        self.max_pending = max_pending or PENDING_PER_CONNECTION * max_connections
+        #: Entries, cut ones included: bounds the threads and descriptors in use.
+        self.max_open = 2 * (self.max_pending + max_connections)
         self._open: dict[int, _Connection] = {}
         self._cond = threading.Condition()
         self._stopped = False
@@ -99,29 +120,18 @@ class ConnectionGuard:
         self._reaper.start()
 
     def admit(self, sock: socket.socket) -> _Connection | None:
-        """Register a fresh connection, waiting briefly for a slot; None: no room, close it."""
-        give_up = time.monotonic() + ADMIT_WAIT_SECONDS
+        """Register a fresh connection, cutting the oldest pending one if the pool is full;
+        None: not even that makes room (the server is stopping, or cut connections have
+        not let go yet), close it."""
         with self._cond:
-            while len(self._open) >= self.max_connections:
-                now = time.monotonic()
-                if now >= give_up or self._stopped:
-                    return None
-                victim = self._victim(now)
-                if victim is not None:
-                    self._cut(victim)
-                self._cond.wait(min(0.1, give_up - now))
+            if self._stopped or len(self._open) >= self.max_open:
+                return None
+            pending = [c for c in self._open.values() if c.pending and not c.cut]
+            if len(pending) >= self.max_pending:
+                self._cut(pending[0])  # oldest first: dicts keep insertion order
             conn = _Connection(sock, time.monotonic())
             self._open[id(conn)] = conn
             return conn
-
-    def _victim(self, now: float) -> _Connection | None:
-        for conn in self._open.values():  # oldest first: dicts keep insertion order
-            if not conn.cut and conn.phase != "response" and now - conn.accepted >= EVICT_AFTER_SECONDS:
-                return conn
-        for conn in self._open.values():
-            if not conn.cut and now - conn.accepted >= STALE_AFTER_SECONDS:
-                return conn
-        return None
 
     def handshake(self, conn: _Connection) -> None:
         conn.phase = "handshake"
@@ -129,11 +139,45 @@ class ConnectionGuard:
 
     def request(self, conn: _Connection) -> None:
         conn.phase = "request"
-        conn.deadline = conn.accepted + REQUEST_TIMEOUT_SECONDS
+        conn.deadline = time.monotonic() + REQUEST_TIMEOUT_SECONDS
 
-    def response(self, conn: _Connection) -> None:
+    def serve(self, conn: _Connection) -> bool:
+        """The request has arrived: take a place among those answered; False: none is
+        free, answer 503."""
+        with self._cond:
+            now = time.monotonic()
+            served = [c for c in self._open.values() if not c.pending and not c.cut]
+            if len(served) >= self.max_connections:
+                victim = next((c for c in served if c.phase == "auth"), None) or next(
+                    (c for c in served if now - c.accepted >= STALE_AFTER_SECONDS), None)
+                if victim is None:
+                    return False
+                self._cut(victim)
+            conn.phase = "response"
+            conn.deadline = now + RESPONSE_TIMEOUT_SECONDS
+            return True
+
+    def refused(self, conn: _Connection) -> None:
+        """Answering a 503 or 400: counts as served, without taking a place from anyone
+        (a short reply, which the response deadline bounds)."""
         conn.phase = "response"
         conn.deadline = time.monotonic() + RESPONSE_TIMEOUT_SECONDS
+
+    def auth_queue(self, conn: _Connection) -> None:
+        """Waiting for a turn at bcrypt: the first to be cut for a new request, so that a
+        flood of wrong passwords queued there cannot hold every place."""
+        conn.phase = "auth"
+        conn.deadline = time.monotonic() + REQUEST_TIMEOUT_SECONDS
+
+    def auth_turn(self, conn: _Connection, waiting: bool = False) -> bool:
+        """Still waiting for bcrypt, or the turn has come; False: the connection was cut
+        meanwhile, give up."""
+        with self._cond:
+            if conn.cut or waiting:
+                return not conn.cut
+            conn.phase = "response"
+            conn.deadline = time.monotonic() + RESPONSE_TIMEOUT_SECONDS
+            return True
 
     def release(self, conn: _Connection) -> None:
         with self._cond:
@@ -175,19 +219,35 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], handler, family: int, web: WebConfigSource, max_connections: int) -> None:
+    def __init__(self, address: tuple[str, int], handler, family: int, web: WebConfigSource, max_connections: int,
+                 max_requests: int) -> None:
         self.address_family = family
+        self.guard = ConnectionGuard(max_connections, _pending_within_descriptors(max_connections))
         # A burst of connections (a hundred clients, or many Prometheus replicas at once)
         # must queue in the kernel rather than see refused connections.
         self.request_queue_size = max(128, 2 * max_connections)
         self.web = web
-        self.guard = ConnectionGuard(max_connections)
+        self.max_requests = max_requests
+        self._in_flight = 0
+        self._in_flight_lock = threading.Lock()
         super().__init__(address, handler)
+
+    def start_request(self) -> bool:
+        """Take one of the --web.max-requests places; False: all are taken, answer 503."""
+        with self._in_flight_lock:
+            if self.max_requests and self._in_flight >= self.max_requests:
+                return False
+            self._in_flight += 1
+            return True
+
+    def end_request(self) -> None:
+        with self._in_flight_lock:
+            self._in_flight -= 1
 
     def process_request(self, request: socket.socket, client_address) -> None:
         conn = self.guard.admit(request)
         if conn is None:
-            log.debug("no free connection slot; closing a new connection from %s", client_address[0])
+            log.debug("no room for a new connection; closing it (%s)", client_address[0])
             self.shutdown_request(request)
             return
         t = threading.Thread(target=self._serve_connection, args=(request, client_address, conn), daemon=True)
@@ -235,6 +295,31 @@ class _Server(ThreadingHTTPServer):
         super().server_close()
 
 
+def _pending_within_descriptors(max_connections: int) -> int:
+    """The pending pool, shrunk to leave descriptors for everything else: running out makes
+    accept fail, and then every client, Prometheus first, is turned away. The soft limit is
+    raised to the hard one first, as Go programs (node_exporter among them) do at start."""
+    wanted = PENDING_PER_CONNECTION * max_connections
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+                soft = hard
+            except (OSError, ValueError):
+                pass
+    except (ImportError, OSError, ValueError):
+        return wanted
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    # Every entry may be held twice over (cut ones linger briefly), and the sampler and
+    # collectors keep their own files open.
+    room = (soft - 256) // 2 - max_connections
+    return max(max_connections, min(wanted, room))
+
+
 def _refuse_plain_http(raw: socket.socket) -> None:
     """Tell a plain-HTTP client what went wrong, as Go's servers do, instead of a TLS alert
     that curl or a browser would show as garbage."""
@@ -257,6 +342,7 @@ def make_server(
     ready: Callable[[], list[str]],
     web_config_file: str = "",
     max_connections: int = 64,
+    max_requests: int = 40,
 ) -> ThreadingHTTPServer:
     host, port = parse_listen_address(address)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -268,6 +354,9 @@ def make_server(
     class Handler(BaseHTTPRequestHandler):
         server_version = f"gpuwait/{__version__}"
         timeout = REQUEST_TIMEOUT_SECONDS
+        # An error found before the request line's version is read (a garbled line) is
+        # answered with a status line; http.server's default, HTTP/0.9, sends a bare body.
+        default_request_version = "HTTP/1.0"
 
         def __init__(self, request, client_address, server, conn: _Connection) -> None:
             self.conn = conn
@@ -277,9 +366,25 @@ def make_server(
             return self.server_version
 
         def parse_request(self) -> bool:
-            ok = super().parse_request()
-            self.server.guard.response(self.conn)
-            return ok
+            guard = self.server.guard
+            words = str(self.raw_requestline, "iso-8859-1").split()
+            if len(words) == 2:
+                # HTTP/0.9 has neither status line nor headers: a proxy or scanner would take
+                # the body alone as the reply. Refuse it, in HTTP/1.0.
+                self.command, self.request_version, self.close_connection = None, "HTTP/1.0", True
+                self.requestline = " ".join(words)
+                guard.refused(self.conn)
+                self.send_error(400, "Request line has no HTTP version (HTTP/0.9 is not served)")
+                return False
+            if not super().parse_request():
+                guard.refused(self.conn)
+                return False
+            if not guard.serve(self.conn):
+                guard.refused(self.conn)
+                self.close_connection = True
+                self._reply(503, "text/plain; charset=utf-8", b"too many connections, try again later\n", {"Retry-After": "1"})
+                return False
+            return True
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             config = self.conn.config
@@ -289,7 +394,10 @@ def make_server(
                 self._reply(429, "text/plain; charset=utf-8", b"too many requests\n")
                 return
             if config.users and path not in config.auth_excluded_paths:
-                if not web.authenticator.check(config.users, self.headers.get("Authorization")):
+                guard, conn = self.server.guard, self.conn
+                if not web.authenticator.check(config, self.headers.get("Authorization"),
+                                               queued=lambda: guard.auth_queue(conn),
+                                               turn=lambda waiting: guard.auth_turn(conn, waiting)):
                     self._reply(401, "text/plain; charset=utf-8", b"Unauthorized\n",
                                 {"WWW-Authenticate": 'Basic realm="gpuwait", charset="UTF-8"'})
                     return
@@ -310,18 +418,28 @@ def make_server(
                 self._reply(404, "text/plain; charset=utf-8", b"not found\n")
 
         def _metrics(self) -> None:
-            encoder, content_type = choose_encoder(self.headers.get("Accept"))
-            try:
-                body = encoder(registry)
-            except Exception:
-                log.exception("rendering metrics failed")
-                self._reply(500, "text/plain; charset=utf-8", b"internal error\n")
+            if not self.server.start_request():
+                self._reply(503, "text/plain; charset=utf-8",
+                            f"limit of concurrent requests reached ({self.server.max_requests}), try again later\n".encode(),
+                            {"Retry-After": "1"})
                 return
-            headers = {}
-            if "gzip" in (self.headers.get("Accept-Encoding") or ""):
-                body = gzip.compress(body, compresslevel=1)
-                headers["Content-Encoding"] = "gzip"
-            self._reply(200, content_type, body, headers)
+            # The place is held until the body is sent: writing a large exposition to many
+            # clients at once is what costs.
+            try:
+                encoder, content_type = choose_encoder(self.headers.get("Accept"))
+                try:
+                    body = encoder(registry)
+                except Exception:
+                    log.exception("rendering metrics failed")
+                    self._reply(500, "text/plain; charset=utf-8", b"internal error\n")
+                    return
+                headers = {}
+                if "gzip" in (self.headers.get("Accept-Encoding") or ""):
+                    body = gzip.compress(body, compresslevel=1)
+                    headers["Content-Encoding"] = "gzip"
+                self._reply(200, content_type, body, headers)
+            finally:
+                self.server.end_request()
 
         def _reply(self, code: int, content_type: str, body: bytes, headers: dict[str, str] | None = None) -> None:
             self.send_response(code)
@@ -340,7 +458,7 @@ def make_server(
         def log_message(self, format: str, *args) -> None:  # noqa: A002 (http.server's signature)
             log.debug("%s %s", self.address_string(), format % args)
 
-    return _Server((host, port), Handler, family, web, max_connections)
+    return _Server((host, port), Handler, family, web, max_connections, max_requests)
 
 
 def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:

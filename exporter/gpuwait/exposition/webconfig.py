@@ -19,15 +19,17 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import ipaddress
 import logging
 import os
 import re
+import secrets
 import ssl
+import stat
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,9 +91,9 @@ _ALLOWED_HEADERS: dict[str, tuple[str, ...]] = {
 
 _BCRYPT_HASH = re.compile(r"\$2[abxy]\$(\d\d)\$[./A-Za-z0-9]{53}")
 
-#: Compared against when the user is unknown, so that a wrong user name costs as much time
-#: as a wrong password and user names cannot be discovered by timing.
-_DECOY_HASH = b"$2b$10$bOdXH9wnB4jFd7V/lhhzhORKPXqLIL2e.Jg4o2u4scdFYmc/5Liw."
+
+def bcrypt_cost(hashed: bytes) -> int:
+    return int(hashed[4:6])
 
 
 class _Problem(Exception):
@@ -110,6 +112,10 @@ class WebConfig:
     client_allowed_sans: frozenset[str] | None = None
     #: user -> bcrypt hash; empty means no authentication.
     users: Mapping[str, bytes] = field(default_factory=dict)
+    #: Checked against when the user is unknown. It has the highest cost among the users'
+    #: hashes, so a wrong user name costs as much time as a wrong password (a fixed
+    #: cheaper decoy would tell user names apart by timing).
+    decoy_hash: bytes = b""
     auth_excluded_paths: frozenset[str] = frozenset()
     headers: tuple[tuple[str, str], ...] = ()
     #: (burst, interval seconds) of a token bucket over all requests, or None.
@@ -138,10 +144,14 @@ def plain() -> WebConfig:
 def load_web_config(path: str) -> WebConfig:
     """Parse and check the whole file, load certificates; ConfigError names file and key."""
     try:
-        with open(path, encoding="utf-8") as f:
-            tree = yaml.safe_load(f)
+        text = read_regular_file(path).decode("utf-8")
+        tree = yaml.safe_load(text)
     except OSError as e:
         raise ConfigError(f"{path}: cannot read web config file: {e.strerror or e}") from None
+    except NotRegularFile as e:
+        raise ConfigError(f"{path}: cannot read web config file: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: web config file is not UTF-8 text: {e.reason} at byte {e.start}") from None
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         line = f" line {where.line + 1}" if where is not None else ""
@@ -150,6 +160,35 @@ def load_web_config(path: str) -> WebConfig:
         return _build(path, tree)
     except _Problem as p:
         raise ConfigError(f"{path}: key {p.key!r}: {p}") from None
+
+
+class NotRegularFile(Exception):
+    pass
+
+
+def read_regular_file(path: str) -> bytes:
+    """The contents of a regular file (a symbolic link to one is fine). A FIFO, a device
+    or a directory is refused: opening a FIFO for reading blocks until a writer comes,
+    which would hang start-up with nothing in the log. O_NONBLOCK makes the open itself
+    return at once, and fstat then judges what was opened, so no race with a swap."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(f"{path} is {_file_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
 def _section(tree: Any, key: str, allowed: tuple[str, ...]) -> dict[str, Any]:
@@ -195,6 +234,7 @@ def _build(path: str, tree: Any) -> WebConfig:
             if m is None or not 4 <= int(m.group(1)) <= 31:
                 raise _Problem(key, "not a bcrypt hash (expected $2y$<cost>$<53 characters>, e.g. from htpasswd -nBC 10)")
             users[user] = hashed.encode()
+    decoy = _decoy_hash(max(bcrypt_cost(h) for h in users.values())) if users else b""
 
     excluded = frozenset(_string_list(top.get("auth_excluded_paths"), "auth_excluded_paths"))
     for p in excluded:
@@ -215,10 +255,17 @@ def _build(path: str, tree: Any) -> WebConfig:
     context, sans, summary = _tls(tls, base, watched) if _tls_enabled(tls) else (None, None, "")
 
     return WebConfig(
-        path=path, ssl_context=context, client_allowed_sans=sans, users=users,
+        path=path, ssl_context=context, client_allowed_sans=sans, users=users, decoy_hash=decoy,
         auth_excluded_paths=excluded, headers=headers, rate_limit=rate_limit,
         watched=tuple(watched), tls_summary=summary,
     )
+
+
+def _decoy_hash(cost: int) -> bytes:
+    import bcrypt
+
+    # A random password nobody knows, hashed once per loaded configuration.
+    return bcrypt.hashpw(secrets.token_bytes(18), bcrypt.gensalt(cost))
 
 
 def _headers(value: Any) -> tuple[tuple[str, str], ...]:
@@ -328,16 +375,19 @@ def _tls(tls: dict[str, Any], base: str, watched: list[str]) -> tuple[ssl.SSLCon
         ca_key = "tls_server_config.client_ca_file" if ca_file else "tls_server_config.client_ca"
         try:
             if ca_file:
+                read_regular_file(ca_file)
                 context.load_verify_locations(cafile=ca_file)
                 watched.append(ca_file)
             else:
                 context.load_verify_locations(cadata=ca_text)
         except FileNotFoundError:
             raise _Problem(ca_key, f"no such file: {ca_file}") from None
+        except NotRegularFile as e:
+            raise _Problem(ca_key, f"cannot read {e}") from None
+        except (ssl.SSLError, ValueError) as e:  # before OSError: SSLError is one
+            raise _Problem(ca_key, f"no PEM certificate could be loaded: {_reason(e)}") from None
         except OSError as e:
             raise _Problem(ca_key, f"cannot read {ca_file}: {e.strerror or e}") from None
-        except (ssl.SSLError, ValueError) as e:
-            raise _Problem(ca_key, f"no PEM certificate could be loaded: {_reason(e)}") from None
         if auth_type in ("RequireAnyClientCert", "RequireClientCert", "RequireAndVerifyClientCert"):
             context.verify_mode = ssl.CERT_REQUIRED
         else:
@@ -362,10 +412,11 @@ def _load_certificate(context: ssl.SSLContext, cert_file: str | None, key_file: 
     for key, name in (("tls_server_config.cert_file", cert_file), ("tls_server_config.key_file", key_file)):
         if name:
             try:
-                with open(name, "rb"):
-                    pass
+                read_regular_file(name)
             except OSError as e:
                 raise _Problem(key, f"cannot read {name}: {e.strerror or e}") from None
+            except NotRegularFile as e:
+                raise _Problem(key, f"cannot read {e}") from None
     held: list[int] = []
     try:
         # Inline PEM goes through an anonymous in-memory file: load_cert_chain only takes
@@ -418,41 +469,92 @@ def peer_sans(cert: Mapping[str, Any] | None) -> set[str]:
 class Authenticator:
     """Checks HTTP basic credentials against bcrypt hashes.
 
-    bcrypt is slow by design, so results are cached by (user, hash, password digest) and
-    checks run one at a time: a flood of wrong passwords costs one core at most, and
-    Prometheus's repeated correct password is answered from the cache.
+    bcrypt is slow by design. A successful check is remembered for a short while, as the
+    exporter-toolkit does, so Prometheus's repeated correct password is answered without
+    bcrypt and without waiting behind anyone. Only successes are remembered, one per user
+    and stored hash (a hash has one password), so a flood of wrong passwords cannot push
+    Prometheus's entry out; those wrong passwords take turns on at most
+    ``CONCURRENT_CHECKS`` cores.
     """
 
-    CACHE_SIZE = 256
+    #: How long a verified password is answered from memory; changing the user's hash in
+    #: the web config ends it at once, as the hash is part of what is remembered.
+    CACHE_SECONDS = 60.0
+    CONCURRENT_CHECKS = 2
+    WAIT_POLL_SECONDS = 0.05
 
     def __init__(self) -> None:
-        self._cache: OrderedDict[bytes, bool] = OrderedDict()
-        self._cache_lock = threading.Lock()
-        self._bcrypt_lock = threading.Lock()
+        # Remembered passwords are kept as keyed digests, never as themselves.
+        self._key = secrets.token_bytes(32)
+        #: (user, stored hash) -> (digest of the password, expiry on the monotonic clock)
+        self._verified: dict[tuple[str, bytes], tuple[bytes, float]] = {}
+        self._lock = threading.Lock()
+        self._bcrypt_slots = threading.BoundedSemaphore(self.CONCURRENT_CHECKS)
+        #: bcrypt checks run, for tests and debugging.
+        self.bcrypt_checks = 0
 
-    def check(self, users: Mapping[str, bytes], authorization: str | None) -> bool:
+    def check(self, config: WebConfig, authorization: str | None,
+              queued: Callable[[], None] | None = None, turn: Callable[..., bool] | None = None) -> bool:
+        """``queued`` is called before waiting for a turn at bcrypt, ``turn`` while waiting
+        and when the turn comes: False (the connection was cut meanwhile) gives up the
+        wait, so that a cut connection lets go of its thread at once, not after the
+        queue of checks ahead of it."""
         credentials = _basic_credentials(authorization)
         if credentials is None:
             return False
         user, password = credentials
-        known = user in users
-        hashed = users[user] if known else _DECOY_HASH
-        key = hashlib.sha256(b"\0".join((user.encode(), hashed, password))).digest()
-        with self._cache_lock:
-            cached = self._cache.get(key)
-        if cached is None:
-            import bcrypt
+        stored = _find_user(config.users, user)
+        known = stored is not None
+        hashed = stored if known else config.decoy_hash
+        digest = hmac.new(self._key, b"\0".join((user.encode(), hashed, password)), hashlib.sha256).digest()
+        now = time.monotonic()
+        with self._lock:
+            entry = self._verified.get((user, hashed))
+        if entry is not None and now < entry[1] and hmac.compare_digest(entry[0], digest):
+            # Sliding: Prometheus scraping more often than CACHE_SECONDS never waits for
+            # bcrypt again, however many wrong passwords are queued there.
+            with self._lock:
+                self._verified[(user, hashed)] = (digest, now + self.CACHE_SECONDS)
+            return known
+        if queued is not None:
+            queued()
+        while not self._bcrypt_slots.acquire(timeout=self.WAIT_POLL_SECONDS):
+            if turn is not None and not turn(waiting=True):
+                return False
+        try:
+            if turn is not None and not turn(waiting=False):
+                return False
+            self.bcrypt_checks += 1
+            try:
+                import bcrypt
 
-            with self._bcrypt_lock:
-                try:
-                    cached = bcrypt.checkpw(password, hashed) and known
-                except ValueError:
-                    cached = False
-            with self._cache_lock:
-                self._cache[key] = cached
-                while len(self._cache) > self.CACHE_SIZE:
-                    self._cache.popitem(last=False)
-        return cached and known
+                ok = bcrypt.checkpw(password, hashed)
+            except ValueError:
+                ok = False
+        finally:
+            self._bcrypt_slots.release()
+        if ok and known:
+            with self._lock:
+                self._verified[(user, hashed)] = (digest, time.monotonic() + self.CACHE_SECONDS)
+                # Bounded by the users configured now: entries of users or hashes gone
+                # from the file, and expired ones, are dropped.
+                if len(self._verified) > len(config.users):
+                    now = time.monotonic()
+                    for k, (_, expiry) in list(self._verified.items()):
+                        if expiry <= now or config.users.get(k[0]) != k[1]:
+                            del self._verified[k]
+        return ok and known
+
+
+def _find_user(users: Mapping[str, bytes], user: str) -> bytes | None:
+    """The user's hash; every name is compared, in constant time, so how long the search
+    takes does not tell whether or where the name was found."""
+    wanted = user.encode()
+    found = None
+    for name, hashed in users.items():
+        if hmac.compare_digest(name.encode(), wanted):
+            found = hashed
+    return found
 
 
 def _basic_credentials(header: str | None) -> tuple[str, bytes] | None:

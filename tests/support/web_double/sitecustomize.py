@@ -1,0 +1,41 @@
+"""Test double for the HTTP server's tests: put this directory first on PYTHONPATH and the
+exporter process it starts
+
+- appends the hash of every ``bcrypt.checkpw`` call to the file named by
+  ``GPUWAIT_TEST_BCRYPT_LOG``, one a line, so a test sees which hash (and cost) a request
+  was checked against and whether a check ran at all;
+- renders metrics ``GPUWAIT_TEST_RENDER_SECONDS`` more slowly, so a test can hold requests
+  in flight and see the ones beyond the limit shed.
+"""
+
+import os
+
+_log = os.environ.get("GPUWAIT_TEST_BCRYPT_LOG")
+if _log:
+    import threading
+
+    import bcrypt
+
+    _real_checkpw = bcrypt.checkpw
+    _lock = threading.Lock()
+
+    def checkpw(password, hashed):
+        with _lock, open(_log, "a") as f:
+            f.write(hashed.decode() + "\n")
+        return _real_checkpw(password, hashed)
+
+    bcrypt.checkpw = checkpw
+
+_delay = float(os.environ.get("GPUWAIT_TEST_RENDER_SECONDS") or 0)
+if _delay:
+    import time
+
+    from prometheus_client import exposition
+
+    _real_generate_latest = exposition.generate_latest
+
+    def generate_latest(*args, **kwargs):
+        time.sleep(_delay)
+        return _real_generate_latest(*args, **kwargs)
+
+    exposition.generate_latest = generate_latest
