@@ -157,6 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if replayer:
         def ready() -> list[str]:
+            if replayer.error is not None:
+                # A replay cut short serves a partial trace: its figures must not pass for the whole.
+                return [f"replay stopped: {replayer.error}"]
             return [] if replayer.readings > 0 or replayer.finished.is_set() else ["replay has delivered no reading yet"]
     else:
         ready = sampler.not_ready

@@ -84,7 +84,7 @@ def test_every_option_default_is_valid_for_its_own_parser():
         if option.default is None:
             continue
         default = option.default.pattern if hasattr(option.default, "pattern") else option.default
-        option.parse(default)
+        option.convert(default)
 
 
 # -- configuration file --------------------------------------------------------------------
@@ -300,3 +300,120 @@ def test_process_help_lists_every_option():
     for collector in registry():
         assert f"--collector.{collector.name}" in result.stdout
 
+
+
+# -- hostile values ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flag, mention",
+    [("--analysis.window=1000h", "at most"), ("--analysis.window=2h", "at most 1h"),
+     ("--sample.interval=1e-9", "at least 10ms"), ("--sample.interval=1ms", "at least 10ms"),
+     ("--sample.interval=1us", "not a duration"), ("--sample.slow-interval=5ms", "at least 10ms"),
+     ("--analysis.interval=1ms", "at least 10ms"), ("--collector.cgroup.interval=1ms", "at least 10ms"),
+     ("--collector.nccl.interval=1ms", "at least 10ms"), ("--verdict.interval=1ms", "at least 10ms"),
+     ("--collector.nccl.stale-after=1e300", "at most 720h"),
+     ("--web.max-connections=1000000000000", "at most 65535"), ("--web.max-connections=0", "at least 1"),
+     ("--web.max-connections=1e3", "whole number"), ("--web.max-connections=" + "9" * 5000, "whole number")],
+)
+def test_out_of_range_flag_names_flag(flag, mention):
+    with pytest.raises(ConfigError) as err:
+        resolve([flag])
+    message = str(err.value)
+    assert flag.split("=")[0] in message and mention in message, message
+    assert "\n" not in message and len(message) < 200
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [("analysis.window: 1000h\n", "analysis.window"), ("sample:\n  interval: 1us\n", "sample.interval"),
+     ("sample.interval: 1.0e-9\n", "sample.interval"), ("web.max-connections: 1000000000000\n", "web.max-connections")],
+)
+def test_out_of_range_file_value_names_file_and_key(tmp_path, text, key):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        resolve(["--config.file", path])
+    assert path in str(err.value) and repr(key) in str(err.value), str(err.value)
+
+
+def test_bounds_themselves_accepted():
+    settings, _ = resolve(["--analysis.window=1h", "--sample.interval=10ms", "--analysis.interval=10ms",
+                           "--web.max-connections=65535"])
+    assert settings.analysis_window == 3600.0 and settings.sample_interval == 0.01
+    assert settings["web.max-connections"] == 65535
+
+
+def test_ring_samples_refused_before_any_ring_is_allocated(tmp_path, monkeypatch):
+    from gpuwait.cli import enabled_collectors
+    from gpuwait.core import sampler as sampler_module
+
+    allocated = []
+    monkeypatch.setattr(sampler_module, "ColumnRing", lambda capacity: allocated.append(capacity))
+    path = write(tmp_path, "analysis.window: 1h\nsample.interval: 10ms\n")
+    settings, _ = resolve(["--config.file", path])
+    with pytest.raises(ConfigError) as err:
+        sampler_module.Sampler(enabled_collectors(settings), settings)
+    message = str(err.value)
+    assert message.startswith(f"{path}: analysis.window 1h"), message
+    assert str(sampler_module.MAX_RING_SAMPLES) in message and "sample" in message
+    assert allocated == []
+
+
+def test_ring_samples_of_defaults_and_of_a_long_window_fit():
+    from gpuwait.cli import enabled_collectors
+    from gpuwait.core.sampler import Sampler
+
+    for flags in ([], ["--analysis.window=1h"], ["--analysis.window=5m", "--sample.interval=10ms"]):
+        settings, _ = resolve(flags)
+        sampler = Sampler(enabled_collectors(settings), settings)
+        sampler.stop(timeout=0)
+
+
+def alias_bomb(levels: int = 9, width: int = 9) -> str:
+    names = [chr(ord("a") + i) for i in range(levels + 1)]
+    lines = [f"{names[0]}: &{names[0]} {{x: 1, y: 2}}"]
+    for i in range(1, levels + 1):
+        lines.append(f"{names[i]}: &{names[i]} {{" + ", ".join(f"k{j}: *{names[i - 1]}" for j in range(width)) + "}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    "text, mention",
+    [(alias_bomb(), "aliases expand to more than"),
+     ("a: &a {b: *a}\n", "refers to the node that contains it"),
+     ("a: &a [1, *a]\n", "refers to the node that contains it"),
+     ("a: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
+     ("a: " + "{b: " * 3000 + "1" + "}" * 3000 + "\n", "nested too deeply")],
+)
+def test_hostile_yaml_refused_naming_file(tmp_path, monkeypatch, text, mention):
+    from gpuwait.core import config
+
+    # The bomb must be refused before the tree is flattened into keys, where it would expand.
+    monkeypatch.setattr(config, "_flatten", lambda *a: pytest.fail("flattened a refused document"))
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config_file(path)
+    assert str(err.value).startswith(f"{path}: ") and mention in str(err.value), str(err.value)
+
+
+def test_oversized_config_file_refused(tmp_path):
+    path = write(tmp_path, "# padding\n" * 200_000)
+    with pytest.raises(ConfigError, match="larger than"):
+        load_config_file(path)
+
+
+def test_shared_scalar_alias_still_works(tmp_path):
+    path = write(tmp_path, "sample:\n  interval: &fast 200ms\nanalysis:\n  interval: *fast\n")
+    assert load_config_file(path) == {"sample.interval": 0.2, "analysis.interval": 0.2}
+
+
+def test_process_out_of_range_values_one_line(tmp_path):
+    assert_one_line_error(run_exporter("--sample.interval=1e-9"), "--sample.interval", "at least 10ms")
+    assert_one_line_error(run_exporter("--web.max-connections=1000000000000"), "--web.max-connections")
+    path = write(tmp_path, "analysis.window: 1h\nsample.interval: 10ms\n")
+    assert_one_line_error(run_exporter("--config.file", path), path, str(1_000_000))
+
+
+def test_process_alias_bomb_one_line(tmp_path):
+    path = write(tmp_path, alias_bomb())
+    assert_one_line_error(run_exporter("--config.file", path), path, "aliases")

@@ -38,12 +38,13 @@ from gpuwait.analysis.stall import collective_stalled, stall_start
 from gpuwait.analysis.timeseries import HOLD_INTERVALS, Grid, dominant_period
 from gpuwait.collectors.gpu import window as gpu_window
 from gpuwait.collectors.gpu.payload import GpuDevice
-from gpuwait.core.config import Option, Settings, parse_duration, parse_fraction, parse_positive
+from gpuwait.core.config import MIN_INTERVAL, Option, Settings, parse_duration, parse_fraction, parse_positive
 from gpuwait.core.facts import EVIDENCE_ORDER
 from gpuwait.core.plugin import AnalysisInputs
 
 INTERVAL = Option("verdict.interval", parse_duration, 2.0,
-                  "How often the verdict is recomputed over the window (it is the costliest analysis; the window statistics of each source are refreshed every analysis.interval).")
+                  "How often the verdict is recomputed over the window (it is the costliest analysis; the window statistics of each source are refreshed every analysis.interval).",
+                  minimum=MIN_INTERVAL)
 SHORT_WINDOW = Option("verdict.short-window", parse_duration, 15.0,
                       "The recent part of the window over which a new cause can be raised before the whole window confirms it.")
 MIN_IDLE_RATIO = Option("verdict.min-idle-ratio", parse_fraction, 0.15,

@@ -26,6 +26,15 @@ from gpuwait.core.errors import ConfigError
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
+#: No duration option means more than this; beyond it a value is a typo or an attack, and
+#: a wait that long overflows the platform's timeout (threading raises OverflowError).
+MAX_DURATION = 30 * 86400.0
+#: The shortest interval any sampling or analysis loop may run at: below it a loop is all
+#: overhead, and the window rings it sizes grow by the inverse.
+MIN_INTERVAL = 0.01
+#: The longest analysis window: the rings hold every sample of it.
+MAX_WINDOW = 3600.0
+
 
 def parse_duration(text: Any) -> float:
     """'100ms', '1m30s', '2.5s', or a plain number of seconds (a YAML number or '0.5') ->
@@ -53,6 +62,8 @@ def parse_duration(text: Any) -> float:
             raise ValueError(f"not a duration (use e.g. 100ms, 5s, 1m): {text!r}")
     if seconds <= 0:
         raise ValueError(f"duration must be positive: {text!r}")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"duration must be at most {format_duration(MAX_DURATION)}: {text!r}")
     return seconds
 
 
@@ -108,9 +119,12 @@ def parse_count(value: Any) -> int:
 
 
 def parse_positive_int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"not a number: {value!r}")
-    n = int(value)
+    if isinstance(value, bool) or isinstance(value, float):
+        raise ValueError(f"not a whole number: {value!r}")
+    text = str(value).strip()
+    if not re.fullmatch(r"[+-]?\d{1,18}", text):
+        raise ValueError(f"not a whole number of at most 18 digits: {_clip(value)}")
+    n = int(text)
     if n < 1:
         raise ValueError(f"must be at least 1: {value!r}")
     return n
@@ -119,6 +133,12 @@ def parse_positive_int(value: Any) -> int:
 _SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|kB|KB|MB|GB)?")
 _SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "kB": 1000, "KB": 1000,
                "MB": 1000 ** 2, "GB": 1000 ** 3}
+
+
+def _clip(value: Any, limit: int = 40) -> str:
+    """repr of a value for an error line, cut so a hostile value cannot flood the log."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def parse_size(value: Any) -> int:
@@ -156,16 +176,33 @@ class Option(Generic[T]):
     metavar: str = ""
     #: Extra flag spellings, e.g. the short "--replay" for "--replay.file".
     aliases: tuple[str, ...] = ()
+    #: Bounds of the parsed value (inclusive), beyond the parser's own; None: unbounded.
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def convert(self, raw: Any) -> T:
+        """Parse a raw value and check it against the option's bounds; ValueError says why."""
+        value = self.parse(raw)
+        show = format_duration if self.parse is parse_duration else (lambda v: f"{v:g}")
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"must be at least {show(self.minimum)}: {_clip(raw)}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"must be at most {show(self.maximum)}: {_clip(raw)}")
+        return value
 
 
 WEB_LISTEN_ADDRESS = Option("web.listen-address", str, ":9975", "Address to serve metrics on.", "ADDR")
 WEB_TELEMETRY_PATH = Option("web.telemetry-path", str, "/metrics", "Path under which metrics are served.", "PATH")
 PATH_PROCFS = Option("path.procfs", str, "/proc", "procfs mount point (the host's /proc in a container).", "PATH")
 PATH_SYSFS = Option("path.sysfs", str, "/sys", "sysfs mount point (the host's /sys in a container).", "PATH")
-SAMPLE_INTERVAL = Option("sample.interval", parse_duration, 0.1, "Interval of the fast sampling tier (GPU utilization, CPU, PSI, disks, NICs, RDMA traffic).", "DURATION")
-SLOW_INTERVAL = Option("sample.slow-interval", parse_duration, 5.0, "Interval of the slow tier (RDMA port details and error counters, NFS mount statistics).", "DURATION")
-ANALYSIS_WINDOW = Option("analysis.window", parse_duration, 60.0, "Length of the window the exporter analyses its samples over.", "DURATION")
-ANALYSIS_INTERVAL = Option("analysis.interval", parse_duration, 1.0, "How often window statistics are recomputed (not per scrape).", "DURATION")
+SAMPLE_INTERVAL = Option("sample.interval", parse_duration, 0.1, "Interval of the fast sampling tier (GPU utilization, CPU, PSI, disks, NICs, RDMA traffic).", "DURATION",
+                         minimum=MIN_INTERVAL, maximum=MAX_WINDOW)
+SLOW_INTERVAL = Option("sample.slow-interval", parse_duration, 5.0, "Interval of the slow tier (RDMA port details and error counters, NFS mount statistics).", "DURATION",
+                       minimum=MIN_INTERVAL, maximum=MAX_WINDOW)
+ANALYSIS_WINDOW = Option("analysis.window", parse_duration, 60.0, "Length of the window the exporter analyses its samples over.", "DURATION",
+                         maximum=MAX_WINDOW)
+ANALYSIS_INTERVAL = Option("analysis.interval", parse_duration, 1.0, "How often window statistics are recomputed (not per scrape).", "DURATION",
+                           minimum=MIN_INTERVAL, maximum=MAX_WINDOW)
 LOG_LEVEL = Option("log.level", parse_level, "info", "Only log messages with this severity or above: debug, info, warn, error.", "LEVEL")
 RECORD_FILE = Option("record.file", str, "", "Record every Reading the sampler takes to this trace file (.gz compresses); see docs/trace-format.md.", "FILE")
 REPLAY_FILE = Option("replay.file", str, "", "Replay a recorded trace through the analysis and exposition instead of sampling this host.", "FILE", aliases=("replay",))
@@ -180,12 +217,12 @@ WEB_CONFIG_FILE = Option(
 WEB_MAX_CONNECTIONS = Option(
     "web.max-connections", parse_positive_int, 64,
     "Most HTTP connections served at once; beyond it, connections still sending their request are cut first, and where none is, new ones get 503.",
-    "N",
+    "N", minimum=1, maximum=65535,
 )
 WEB_MAX_REQUESTS = Option(
     "web.max-requests", parse_count, 40,
     "Most metrics requests answered at once; beyond it they get 503 (0: no limit), as node_exporter's flag of that name.",
-    "N",
+    "N", maximum=65535,
 )
 
 #: The exporter's own options, before those of the collectors.
@@ -281,13 +318,83 @@ def _flatten(tree: Mapping, prefix: str, path: str) -> dict[str, Any]:
     return flat
 
 
+#: A configuration is a few dozen keys; a file beyond this is not one, and reading it whole
+#: (on every SIGHUP, too) would cost its size in memory.
+MAX_CONFIG_BYTES = 1 << 20
+#: Most nodes the document may have once every alias is expanded. Aliases are shared when
+#: parsed but copied out when the tree is flattened into keys, so a few lines of nested
+#: aliases ("billion laughs") would otherwise expand to gigabytes.
+MAX_CONFIG_NODES = 100_000
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a document whose aliases expand beyond MAX_CONFIG_NODES
+    nodes, or refer to themselves, before anything is built from it."""
+
+    def compose_document(self):
+        node = super().compose_document()
+        _check_expanded_size(node)
+        return node
+
+
+class _AliasBomb(yaml.YAMLError):
+    pass
+
+
+def _check_expanded_size(root: yaml.Node) -> None:
+    # Iterative, with the expanded size of each shared node counted once, so the check
+    # itself costs the size of the document, not of its expansion.
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = _children(node)
+        if children_done:
+            open_nodes.discard(id(node))
+            size = 1 + sum(sizes[id(child)] for child in children)
+            if size > MAX_CONFIG_NODES:
+                raise _AliasBomb(f"aliases expand to more than {MAX_CONFIG_NODES} nodes")
+            sizes[id(node)] = size
+            continue
+        if id(node) in open_nodes:
+            raise _AliasBomb("an alias refers to the node that contains it")
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        for child in children:
+            if id(child) in open_nodes:
+                raise _AliasBomb("an alias refers to the node that contains it")
+            if id(child) not in sizes:
+                stack.append((child, False))
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
 def load_config_file(path: str, table: OptionTable) -> dict[str, Any]:
     """Parse a config file into {option name: parsed value}; ConfigError names file and key."""
     try:
-        with open(path, encoding="utf-8") as f:
-            tree = yaml.safe_load(f)
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
         raise ConfigError(f"{path}: cannot read config file: {e.strerror or e}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: config file larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        tree = yaml.load(raw.decode("utf-8"), Loader=_BoundedLoader)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except _AliasBomb as e:
+        raise ConfigError(f"{path}: refused: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: refused: nested too deeply") from None
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         line = f" line {where.line + 1}" if where is not None else ""
@@ -298,12 +405,16 @@ def load_config_file(path: str, table: OptionTable) -> dict[str, Any]:
         raise ConfigError(f"{path}: top level must be a mapping of option names to values")
     options = table.all()
     parsed: dict[str, Any] = {}
-    for key, value in _flatten(tree, "", path).items():
+    try:
+        flat = _flatten(tree, "", path)
+    except RecursionError:
+        raise ConfigError(f"{path}: refused: nested too deeply") from None
+    for key, value in flat.items():
         option = options.get(key)
         if option is None or key == CONFIG_FILE:
             raise ConfigError(f"{path}: unknown key {key!r}")
         try:
-            parsed[key] = option.parse(value)
+            parsed[key] = option.convert(value)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{path}: key {key!r}: {e}") from None
     return parsed
@@ -359,7 +470,7 @@ def resolve(argv: Sequence[str] | None, table: OptionTable) -> tuple[Settings, a
         if given is None:
             continue
         try:
-            values[name] = given if isinstance(given, bool) else option.parse(given)
+            values[name] = given if isinstance(given, bool) else option.convert(given)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"flag --{name}: {e}") from None
     values[CONFIG_FILE] = config_path

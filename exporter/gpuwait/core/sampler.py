@@ -16,8 +16,8 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwait.core.config import ANALYSIS_INTERVAL, Settings
-from gpuwait.core.errors import NoData, SourceError
+from gpuwait.core.config import ANALYSIS_INTERVAL, CONFIG_FILE, Settings, format_duration
+from gpuwait.core.errors import ConfigError, NoData, SourceError
 from gpuwait.core.plugin import AnalysisInputs, CollectorSpec, Snapshot, SourceSpec
 from gpuwait.core.reading import Reading
 from gpuwait.core.ring import ColumnRing, WindowView
@@ -95,6 +95,11 @@ class _Reader:
             self._outcome = outcome
             self._done.set()
 
+#: Most window samples all rings may hold together. Each sample costs 8 bytes of timestamp
+#: plus 8 per series of its source, so this bounds the rings to a few hundred MiB on a
+#: large host; the defaults (60 s at 100 ms) use well under 1% of it.
+MAX_RING_SAMPLES = 1_000_000
+
 
 @dataclass
 class SourceState:
@@ -145,6 +150,25 @@ class SourceState:
         return Snapshot(self.latest, self.stats)
 
 
+def ring_capacity(window: float, interval: float) -> int:
+    return max(2, int(math.ceil(window / interval)) + 1)
+
+
+def check_ring_samples(settings: Settings, rings: list[tuple[str, float, int]]) -> None:
+    """Refuse, before any ring is allocated, a window and intervals whose rings would hold
+    more than MAX_RING_SAMPLES samples. ``rings``: (source, interval, capacity; 0 = no ring)."""
+    total = sum(capacity for _, _, capacity in rings)
+    if total <= MAX_RING_SAMPLES:
+        return
+    name, interval, capacity = max(rings, key=lambda ring: ring[2])
+    where = settings.values.get(CONFIG_FILE) or "flags"
+    raise ConfigError(
+        f"{where}: analysis.window {format_duration(settings.analysis_window)} needs {total} window samples "
+        f"over {sum(1 for ring in rings if ring[2])} sources (the most, {capacity}, for source {name} "
+        f"sampled every {format_duration(interval)}), above the limit of {MAX_RING_SAMPLES}; "
+        f"shorten analysis.window or lengthen the sampling intervals")
+
+
 class Sampler:
     def __init__(
         self, collectors: list[CollectorSpec], settings: Settings,
@@ -163,6 +187,7 @@ class Sampler:
         #: Called with every Reading taken (e.g. a trace recorder); must be quick.
         self.observers: list[Callable[[Reading], None]] = []
         window = settings.analysis_window
+        planned: list[tuple[SourceSpec, Source, float, int]] = []
         for collector in collectors:
             for spec in collector.sources:
                 source = make_source(spec, settings) if make_source else spec.factory(settings)
@@ -171,9 +196,19 @@ class Sampler:
                     interval = settings[spec.interval_option]
                 else:
                     interval = settings.slow_interval if tier == "slow" else settings.sample_interval
-                capacity = max(2, int(math.ceil(window / interval)) + 1)
-                ring = ColumnRing(capacity) if (spec.columns or spec.rows) else None
-                self.states[spec.name] = SourceState(spec, source, interval, ring)
+                capacity = ring_capacity(window, interval) if (spec.columns or spec.rows) else 0
+                planned.append((spec, source, interval, capacity))
+        try:
+            check_ring_samples(settings, [(spec.name, interval, capacity) for spec, _, interval, capacity in planned])
+        except ConfigError:
+            for _, source, _, _ in planned:
+                try:
+                    source.close()
+                except Exception:  # the refusal is what matters; a source that fails to close adds nothing
+                    log.debug("closing source %s failed", source, exc_info=True)
+            raise
+        for spec, source, interval, capacity in planned:
+            self.states[spec.name] = SourceState(spec, source, interval, ColumnRing(capacity) if capacity else None)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:

@@ -47,7 +47,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gpuwait import __version__
-from gpuwait.core.config import Option, Settings, parse_bool, parse_duration
+from gpuwait.core.config import MIN_INTERVAL, Option, Settings, parse_bool, parse_duration
 from gpuwait.core.errors import ParseError
 
 log = logging.getLogger("gpuwait.kubelet")
@@ -118,7 +118,8 @@ TLS_INSECURE_SKIP_VERIFY = Option(
 INTERVAL = Option(
     "collector.gpu.kubelet-interval", parse_duration, 60.0,
     "How often the pod list is fetched again; a pod UID not in the list fetches it at once, so this "
-    "only bounds how long deleted pods are remembered and how soon a failed fetch is retried.", "DURATION")
+    "only bounds how long deleted pods are remembered and how soon a failed fetch is retried.", "DURATION",
+    minimum=MIN_INTERVAL)
 TIMEOUT = Option(
     "collector.gpu.kubelet-timeout", parse_duration, 5.0,
     "Deadline of one request for the pod list, connection and TLS handshake included.", "DURATION")

@@ -19,6 +19,12 @@ class DecodeError(ValueError):
     """A JSON value that does not fit the payload's declared shape; the message gives the path."""
 
 
+def _show(value: Any, limit: int = 60) -> str:
+    """repr for an error line, cut: a trace line may be megabytes long."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def to_jsonable(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
@@ -55,7 +61,7 @@ def from_jsonable(tp: Any, value: Any, path: str = "data") -> Any:
                 return from_jsonable(arg, value, path)
             except DecodeError as e:
                 errors.append(str(e))
-        raise DecodeError(f"{path}: {value!r} fits none of {tp}") from None
+        raise DecodeError(f"{path}: {_show(value)} fits none of {tp}") from None
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise DecodeError(f"{path}: expected an object for {tp.__name__}")
@@ -100,7 +106,7 @@ def from_jsonable(tp: Any, value: Any, path: str = "data") -> Any:
         return origin(items)
     if typing.get_origin(tp) is typing.Literal:
         if value not in args:
-            raise DecodeError(f"{path}: {value!r} not one of {args}")
+            raise DecodeError(f"{path}: {_show(value)} not one of {args}")
         return value
     if tp is float:
         if value in ("inf", "-inf"):
@@ -108,19 +114,19 @@ def from_jsonable(tp: Any, value: Any, path: str = "data") -> Any:
         if value is None:
             return math.nan
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise DecodeError(f"{path}: expected a number, got {value!r}")
+            raise DecodeError(f"{path}: expected a number, got {_show(value)}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise DecodeError(f"{path}: expected an integer, got {value!r}")
+            raise DecodeError(f"{path}: expected an integer, got {_show(value)}")
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise DecodeError(f"{path}: expected a string, got {value!r}")
+            raise DecodeError(f"{path}: expected a string, got {_show(value)}")
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise DecodeError(f"{path}: expected true or false, got {value!r}")
+            raise DecodeError(f"{path}: expected true or false, got {_show(value)}")
         return value
     if tp is type(None):
         if value is not None:
@@ -132,8 +138,10 @@ def from_jsonable(tp: Any, value: Any, path: str = "data") -> Any:
 def _key(key_tp: Any, key: str, path: str) -> Any:
     """JSON object keys are strings; payload dicts may be keyed by int."""
     if key_tp is int:
+        if len(key) > 20:
+            raise DecodeError(f"{path}: key {_show(key)} is not a 64-bit integer")
         try:
             return int(key)
         except ValueError:
-            raise DecodeError(f"{path}: key {key!r} is not an integer") from None
+            raise DecodeError(f"{path}: key {_show(key)} is not an integer") from None
     return key

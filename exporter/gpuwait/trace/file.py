@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import gzip
 import io
+import errno
 import json
+import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -24,8 +27,42 @@ VERSION = 2
 READABLE_VERSIONS = (1, 2)
 
 
+#: Longest line a trace may have, in characters. A Reading of the largest host is tens of
+#: kilobytes; decoding a line costs some 50 times its length, so this bounds a replay's
+#: memory to a few hundred MiB whatever the file holds.
+MAX_LINE_CHARS = 4 << 20
+#: Largest magnitude of a number in a trace: the widest kernel and NVML counters are 64-bit.
+#: Beyond it an integer cannot be a counter, and later float arithmetic on it overflows.
+MAX_MAGNITUDE = 2 ** 64
+#: Latest "t" of a record, in seconds from the start of the recording (about 31 years):
+#: beyond it the replay's analysis clock would stop advancing in float steps.
+MAX_TRACE_SECONDS = 1e9
+
+
 class TraceError(ValueError):
     """A trace that cannot be read; the message names the file and the line."""
+
+
+class _ValueRefused(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _ValueRefused(f"{name} is not a number a trace may hold (NaN is written as null, infinities as \"inf\")")
+
+
+def _checked_int(text: str) -> int:
+    digits = text.lstrip("-")
+    if len(digits) > 20 or int(text) > MAX_MAGNITUDE or int(text) < -MAX_MAGNITUDE:
+        raise _ValueRefused(f"integer {text[:24]}{'...' if len(text) > 24 else ''} is beyond 64 bits")
+    return int(text)
+
+
+def _checked_float(text: str) -> float:
+    value = float(text)
+    if not abs(value) <= MAX_MAGNITUDE:
+        raise _ValueRefused(f"number {text[:24]}{'...' if len(text) > 24 else ''} is beyond the magnitude of a 64-bit counter")
+    return value
 
 
 @dataclass(frozen=True)
@@ -37,12 +74,35 @@ class TraceHeader:
     meta: dict[str, Any]
 
 
+def open_for_recording(path: str) -> IO[bytes]:
+    """Open a trace for writing without following a symbolic link at its last component and
+    only if it is (or becomes) a regular file: the exporter often runs as root, and a link
+    planted where the trace goes would otherwise have it truncate the file the link names.
+    Raises OSError; a link or a non-regular file reads as such in its strerror."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise OSError(e.errno, "is a symbolic link; not following it", path) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        # Truncated only now that it is known to be a regular file and not a link's target.
+        os.ftruncate(fd, 0)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class TraceWriter:
     """Appends Readings as they are taken. Thread-safe: every source thread calls ``write``."""
 
     def __init__(self, path: str, meta: Mapping[str, Any] | None = None, flush_interval: float = 1.0,
                  origin: float | None = None) -> None:
-        raw = open(path, "wb")
+        raw = open_for_recording(path)
         self._file: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) if path.endswith(".gz") else raw
         self._raw = raw
         self._lock = threading.Lock()
@@ -124,7 +184,7 @@ class TraceReader:
     def _next_json(self) -> Any:
         while True:
             try:
-                line = self._text.readline()
+                line = self._text.readline(MAX_LINE_CHARS + 1)
             except (EOFError, OSError, gzip.BadGzipFile) as e:
                 raise TraceError(f"{self.path}:{self._lineno + 1}: truncated or corrupt compressed data ({e})") from None
             except UnicodeDecodeError:
@@ -132,14 +192,25 @@ class TraceReader:
             if not line:
                 return None
             self._lineno += 1
+            if len(line) > MAX_LINE_CHARS:
+                raise TraceError(f"{self.path}:{self._lineno}: line longer than {MAX_LINE_CHARS} characters")
             if not line.strip():
                 continue
             if not line.endswith("\n"):
                 raise TraceError(f"{self.path}:{self._lineno}: truncated line (no newline at end)")
             try:
-                return json.loads(line)
+                return json.loads(line, parse_int=_checked_int, parse_float=_checked_float, parse_constant=_refuse_constant)
             except json.JSONDecodeError as e:
                 raise TraceError(f"{self.path}:{self._lineno}: not valid JSON: {e.msg} at column {e.colno}") from None
+            except _ValueRefused as e:
+                raise TraceError(f"{self.path}:{self._lineno}: {e}") from None
+            except RecursionError:
+                raise TraceError(f"{self.path}:{self._lineno}: nested too deeply") from None
+
+    @property
+    def lineno(self) -> int:
+        """The line last read (1 is the header)."""
+        return self._lineno
 
     def __iter__(self) -> Iterator[Reading]:
         last_t: dict[str, float] = {}
@@ -154,8 +225,8 @@ class TraceReader:
             if unknown:
                 raise TraceError(f"{where}: unknown key(s) {sorted(unknown)}")
             t, source = obj.get("t"), obj.get("source")
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
-                raise TraceError(f"{where}: \"t\" must be a number of seconds >= 0")
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= MAX_TRACE_SECONDS:
+                raise TraceError(f"{where}: \"t\" must be a number of seconds from 0 to {MAX_TRACE_SECONDS:g}")
             if source not in self.payloads:
                 raise TraceError(f"{where}: unknown source {source!r} (known: {', '.join(sorted(self.payloads))})")
             errors = obj.get("errors", [])
@@ -164,7 +235,10 @@ class TraceReader:
             try:
                 data = from_jsonable(self.payloads[source], obj.get("data"))
             except DecodeError as e:
-                raise TraceError(f"{where}: {e}") from None
+                message = str(e)
+                raise TraceError(f"{where}: {message if len(message) <= 300 else message[:300] + '...'}") from None
+            except RecursionError:
+                raise TraceError(f"{where}: data nested too deeply") from None
             # Sources are sampled by separate threads, so lines interleave slightly out of
             # order across sources; within one source time must not go backwards.
             if t < last_t.get(source, 0.0):

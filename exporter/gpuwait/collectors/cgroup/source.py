@@ -46,7 +46,7 @@ from gpuwait.collectors.cgroup.parse import (
 )
 from gpuwait.collectors.cgroup.payload import CgroupBandwidth, CgroupIo, OwnerCgroup, OwnerCgroupData
 from gpuwait.core import pseudofile
-from gpuwait.core.config import Option, Settings, parse_duration
+from gpuwait.core.config import MAX_WINDOW, MIN_INTERVAL, Option, Settings, parse_duration
 from gpuwait.core.errors import NoData, ParseError, SourceError
 from gpuwait.core.reading import Reading
 from gpuwait.core.source import HostPaths, Source, user_hz
@@ -54,7 +54,7 @@ from gpuwait.owners.directory import OwnerDirectory, acquire_directory, release_
 
 INTERVAL = Option("collector.cgroup.interval", parse_duration, 1.0,
                   "Interval of reading the cgroup of each owner of a GPU process (CPU, quota throttling, pressure, IO).",
-                  "DURATION")
+                  "DURATION", minimum=MIN_INTERVAL, maximum=MAX_WINDOW)
 #: The GPU collector names the owners on every read of its slow tier; an owner it has not
 #: named for this many of them no longer holds a GPU.
 OWNER_READS_KEPT = 3

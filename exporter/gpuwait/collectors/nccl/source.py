@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from gpuwait.collectors.nccl.parse import MAX_LINE_BYTES, Operation, parse_json_lines, parse_prom_text, prom_operations
 from gpuwait.collectors.nccl.payload import NcclData, NcclRank
-from gpuwait.core.config import ANALYSIS_WINDOW, Option, Settings, parse_duration, parse_positive_int, parse_size
+from gpuwait.core.config import ANALYSIS_WINDOW, MAX_WINDOW, MIN_INTERVAL, Option, Settings, parse_duration, parse_positive_int, parse_size
 from gpuwait.core.errors import NoData, ParseError, SourceError
 from gpuwait.core.pseudofile import os_cause
 from gpuwait.core.reading import Reading
@@ -62,7 +62,8 @@ DUMP_DIR = Option(
     "collector.nccl.dump-dir", str, "",
     "Directory NCCL Inspector writes to (the jobs' NCCL_INSPECTOR_DUMP_DIR), read with its immediate "
     "subdirectories; empty: the collector reads nothing.", "PATH")
-INTERVAL = Option("collector.nccl.interval", parse_duration, 1.0, "How often the dump directory is read.", "DURATION")
+INTERVAL = Option("collector.nccl.interval", parse_duration, 1.0, "How often the dump directory is read.", "DURATION",
+                  minimum=MIN_INTERVAL, maximum=MAX_WINDOW)
 MAX_BYTES_PER_READ = Option(
     "collector.nccl.max-bytes-per-read", parse_read_bytes, 4 << 20,
     "Most bytes read from the dump files per read; files that grew by more are skipped ahead "
