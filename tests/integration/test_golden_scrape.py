@@ -43,6 +43,7 @@ LEFT_OUT = {"gpuwait_build_info"}
 SELF_TIMINGS = {
     "gpuwait_source_reads_total", "gpuwait_source_read_seconds_total", "gpuwait_source_read_duration_seconds",
     "gpuwait_sampler_lag_seconds", "gpuwait_sampler_overruns_total", "gpuwait_window_samples",
+    "gpuwait_source_reading_age_seconds",
     "gpuwait_analysis_duration_seconds", "gpuwait_analysis_runs_total",
 }
 #: GPU values the NVML double moves on its own clock (a duty cycle, counters that grow,
