@@ -131,6 +131,44 @@ def test_a_saturated_core_counts_for_an_owner_that_uses_cpu(settings):
     assert p.evidence(None) == [HOST, HOST, 0.0]
 
 
+def test_an_owner_using_less_than_a_core_is_not_what_saturates_one(settings):
+    # A launch-bound server spinning only while its short kernels run uses 0.6 of a core; a
+    # core saturated beside it belongs to another tenant. A decoder thread that is the
+    # bottleneck runs without pause: one core's worth or more.
+    p = pipeline(settings, 4)
+    p.saturated = [1.0, 1.0, 1.0, 1.0]
+    assert p.evidence([0.6, 0.6, 1.0, 4.0]) == [0.0, 0.0, INFERRED, INFERRED]
+
+
+def test_a_metadata_bound_nfs_reader_waits_on_the_server_all_the_time(settings):
+    from gpuwait.analysis.evidence.storage import storage
+
+    times = [float(t) for t in range(0, 21)]
+    mount = "/datasets"
+
+    def nfs(ops_per_s, ms_each):
+        # Each small file costs a LOOKUP, an OPEN and a GETATTR, fast one by one: no PSI io
+        # (RPC waits are not io_schedule sleeps), no slow operation, but by Little's law
+        # ops x latency tasks are waiting on the server at every instant.
+        view = WindowView(times, {
+            ("ops", mount, op): [ops_per_s * t for t in times] for op in ("LOOKUP", "OPEN", "GETATTR")
+        } | {
+            ("exec", mount, op): [ops_per_s * ms_each * t for t in times] for op in ("LOOKUP", "OPEN", "GETATTR")
+        })
+        return AnalysisInputs(views={"nfs": view}, stats={}, latest={}, end=20.0)
+
+    grid = Grid([5.5 + t for t in range(10)], 1.0)
+    # 3 x 200 operations a second at 2 ms: 1.2 callers always waiting.
+    assert storage(nfs(200.0, 2.0), grid, settings, 3.0) == [True] * 10
+    # The same rate at 1 ms is a mount that answers faster than it is asked: 0.6 callers.
+    assert storage(nfs(200.0, 1.0), grid, settings, 3.0) == [False] * 10
+    # Whose wait it is follows the owner scope: another tenant's reader leaves an owner whose
+    # threads never block on IO without storage evidence.
+    host = storage(nfs(200.0, 2.0), grid, settings, 3.0)
+    assert _Owned(True, None, [], [False] * 10).scoped(host) == [0.0] * 10
+    assert _Owned(True, None, [], [True] * 10).scoped(host) == [DIRECT] * 10
+
+
 def test_io_evidence_is_the_owners_only_when_its_threads_wait_on_io():
     host = [True, False, True]
     assert _Owned(True, None, [], [True] * 3).scoped(host) == [DIRECT, 0.0, DIRECT]

@@ -88,3 +88,25 @@ def test_a_reported_data_wait_confirms_the_hosts_reading_instant_by_instant():
     decoder = {"storage": [HOST if x else 0.0 for x in storage], "data_pipeline": [DIRECT if x else 0.0 for x in cpu]}
     assert verdict(attribute(idle, workload.with_data_wait(decoder, idle, _loop_report(0.5), settings()),
                              demand, throttled)) == "data_pipeline"
+
+
+def test_a_loop_that_found_no_data_wait_contradicts_inferred_input_evidence():
+    # A server whose loop times its wait for the next batch at zero, beside a saturated
+    # core (its own sync spin or another tenant): the host's inference is dropped and the
+    # idle time is the server's lack of work. A quota that throttles the owner starves the
+    # thread launching the kernels too, outside next(): that direct evidence stands.
+    from gpuwait.analysis.attribution import DIRECT, INFERRED, HOST, attribute, verdict
+    from gpuwait.analysis.evidence import workload
+    n = 100
+    idle = [1.0 if i % 2 else 0.0 for i in range(n)]
+    demand, throttled = [True] * n, [False] * n
+    spin = {"storage": [HOST] * n, "data_pipeline": [INFERRED] * n}
+    assert verdict(attribute(idle, dict(spin), demand, throttled)) == "data_pipeline"
+    none_waited = workload.with_data_wait(spin, idle, _loop_report(0.0), settings())
+    assert verdict(attribute(idle, none_waited, demand, throttled)) == "insufficient_work"
+    quota = {"data_pipeline": [DIRECT] * n}
+    assert verdict(attribute(idle, workload.with_data_wait(quota, idle, _loop_report(0.0), settings()),
+                             demand, throttled)) == "data_pipeline"
+    # A loop that does wait for data keeps the host's inference.
+    assert verdict(attribute(idle, workload.with_data_wait(spin, idle, _loop_report(0.5), settings()),
+                             demand, throttled)) == "data_pipeline"

@@ -10,7 +10,10 @@ Two signs, of different strength:
   threads. Each core may look barely busy while the owner's CPU side is the bottleneck:
   direct evidence. Where the owner's cgroup is read (collectors.cgroup), its own count of
   throttled periods says the same first-hand.
-- A core is saturated while the owner uses at least that much CPU. A decoder that cannot keep
+- A core is saturated while the owner uses at least that much CPU: an owner using less than a
+  saturated core's worth cannot be what saturates it (a thread that rests between requests,
+  or spins only while its short kernels run, is another tenant's core or none). A stage that
+  is the bottleneck has a queue behind it and runs without pause. A decoder that cannot keep
   up looks like this, but so does a thread spinning in a CUDA synchronisation (the default
   schedule spins when there are more cores than contexts, CUDA Runtime API
   cudaSetDeviceFlags) or an MPI/NCCL progress thread polling during a collective: it is
@@ -31,8 +34,9 @@ from gpuwait.core.plugin import AnalysisInputs
 
 SATURATED_RATIO = Option("verdict.cpu.saturated-ratio", parse_fraction, 0.9,
                          "Busy fraction of a core within one sampling interval at which it counts as saturated.")
-OWNER_CORES = Option("verdict.cpu.owner-cores", parse_positive, 0.5,
-                     "CPU cores the GPU's owner must use for a saturated core to be blamed on its data pipeline.")
+OWNER_CORES = Option("verdict.cpu.owner-cores", parse_positive, 0.9,
+                     "CPU cores the GPU's owner must use for a saturated core to be blamed on its data pipeline "
+                     "(an owner using less than one saturated core's worth cannot be the one saturating it).")
 RUNNABLE_EXCESS = Option("verdict.cpu.runnable-excess", parse_positive, 1.5,
                          "Runnable threads of an owner per CPU core it receives above which it counts as refused CPU "
                          "(throttled at its quota or crowded out).")

@@ -3,7 +3,17 @@ NFS server (A6, A7).
 
 Reading must be going on (disk reads or NFS read-path operations at a real rate); then any
 of: IO pressure (PSI io some) at the threshold, or without PSI a task in uninterruptible
-sleep; an average disk queue at the threshold; NFS operations slower than the threshold.
+sleep; an average disk queue at the threshold; NFS operations slower than the threshold; or
+NFS callers that wait on the server all the time.
+
+The last one is needed because an NFS client's tasks wait for their RPCs in
+rpc_wait_bit_killable, not in io_schedule: PSI does not count them as IO stalls, so a reader
+bound by the round trips of many fast operations (a LOOKUP, OPEN and GETATTR of 2 ms each
+before every small file) shows neither IO pressure nor a slow operation. By Little's law the
+execute time its operations accumulate per second is the mean number of tasks waiting on the
+server; one or more means some task of the node waits on the mount at every instant. Whose
+tasks they are is settled by the owner scope (analysis.verdict: the owner's threads seen in
+uninterruptible sleep), as for every host-wide IO sign.
 """
 
 from __future__ import annotations
@@ -26,8 +36,11 @@ MIN_READ_IOPS = Option("verdict.storage.min-read-iops", parse_positive, 20.0,
                        "Reads per second (disk or NFS read-path operations) below which nothing is being read; checkpoint writes are not a data-pipeline wait.")
 NFS_LATENCY = Option("verdict.storage.nfs-latency", parse_positive, 0.005,
                      "Mean NFS operation execute time, in seconds, that counts as a slow remote file system.")
+NFS_WAITERS = Option("verdict.storage.nfs-waiters", parse_positive, 1.0,
+                     "Mean number of tasks waiting on an NFS mount's server (execute seconds of its operations per "
+                     "second, Little's law) at which its readers count as stalled on it.")
 
-OPTIONS = (IO_PRESSURE, QUEUE_DEPTH, MIN_READ_IOPS, NFS_LATENCY)
+OPTIONS = (IO_PRESSURE, QUEUE_DEPTH, MIN_READ_IOPS, NFS_LATENCY, NFS_WAITERS)
 
 
 def storage(inputs: AnalysisInputs, grid: Grid, settings: Settings, gap: float) -> list[bool]:
@@ -62,15 +75,15 @@ def storage(inputs: AnalysisInputs, grid: Grid, settings: Settings, gap: float) 
 
 
 def _nfs_slow(inputs: AnalysisInputs, grid: Grid, settings: Settings, reading: list[bool]) -> list[bool]:
-    """Marks NFS read-path activity in ``reading`` and returns where it was slow. NFS is
-    read on the slow tier, so its rates cover whole slow intervals."""
+    """Marks NFS read-path activity in ``reading`` and returns where it was slow or kept its
+    callers waiting. NFS is read on the slow tier, so its rates cover whole slow intervals."""
     view = inputs.views.get("nfs")
     n = len(grid)
     slow = [False] * n
     if view is None:
         return slow
     gap = HOLD_INTERVALS * settings.slow_interval
-    min_ops, latency = settings[MIN_READ_IOPS], settings[NFS_LATENCY]
+    min_ops, latency, waiters = settings[MIN_READ_IOPS], settings[NFS_LATENCY], settings[NFS_WAITERS]
     for mount in nfs_window.mounts(view):
         total_ops = [0.0] * n
         total_ms = [0.0] * n
@@ -84,6 +97,6 @@ def _nfs_slow(inputs: AnalysisInputs, grid: Grid, settings: Settings, reading: l
         for i in range(n):
             if total_ops[i] >= min_ops:
                 reading[i] = True
-                if total_ms[i] / 1000.0 / total_ops[i] >= latency:
+                if total_ms[i] / 1000.0 / total_ops[i] >= latency or total_ms[i] / 1000.0 >= waiters:
                     slow[i] = True
     return slow

@@ -52,16 +52,32 @@ def demand(report: OwnerWorkload, settings: Settings) -> bool:
     return report.demand
 
 
+def _without_inferred_input_wait(evidence: dict[str, Sequence[float]]) -> dict[str, Sequence[float]]:
+    """The loop timed its wait for the next batch and found none (A8): what the host only
+    suggests about the input side (a saturated core, which a thread spinning in a CUDA
+    synchronisation or a launch-bound server shows as well; host-wide reads) is contradicted
+    by the measurement and dropped. Direct evidence stands: a quota that throttles the owner
+    starves the thread that launches the kernels too, outside ``next()``, and reads its own
+    threads block on are seen first-hand."""
+    for cause in ("storage", "data_pipeline"):
+        values = evidence.get(cause)
+        if values is not None:
+            evidence[cause] = [v if v >= DIRECT else 0.0 for v in values]
+    return evidence
+
+
 def with_data_wait(
     evidence: Mapping[str, Sequence[float]], idle: Sequence[float], report: OwnerWorkload, settings: Settings,
 ) -> dict[str, Sequence[float]]:
     """``evidence`` with the idle instants the reported data wait explains added to storage or
-    data_pipeline as direct evidence; unchanged when the loop reports no data wait worth
-    counting."""
+    data_pipeline as direct evidence. A loop that reports less data wait than
+    verdict.workload.min-data-wait leaves only the direct input-side evidence standing."""
     share = report.data_wait_ratio
     out = dict(evidence)
-    if share is None or share < settings[MIN_DATA_WAIT]:
+    if share is None:
         return out
+    if share < settings[MIN_DATA_WAIT]:
+        return _without_inferred_input_wait(out)
     n = len(idle)
     idle_at = [i for i, x in enumerate(idle) if x == x and x >= 0.5]
     samples = sum(1 for x in idle if x == x)
