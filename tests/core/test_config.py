@@ -417,3 +417,31 @@ def test_process_out_of_range_values_one_line(tmp_path):
 def test_process_alias_bomb_one_line(tmp_path):
     path = write(tmp_path, alias_bomb())
     assert_one_line_error(run_exporter("--config.file", path), path, "aliases")
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "-inf", "1e9", "1e-9", "1e400", "true", "fast", "9" * 5000])
+def test_replay_speed_out_of_range_flag_refused(value):
+    with pytest.raises(ConfigError) as err:
+        resolve([f"--replay.speed={value}"])
+    message = str(err.value)
+    assert message.startswith("flag --replay.speed: ") and "\n" not in message and len(message) < 200, message
+
+
+@pytest.mark.parametrize("text", ["replay.speed: -1\n", "replay:\n  speed: .nan\n", "replay.speed: .inf\n",
+                                  "replay.speed: 1.0e+9\n", "replay.speed: yes\n", "replay.speed: [1]\n"])
+def test_replay_speed_out_of_range_file_value_names_file_and_key(tmp_path, text):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        resolve(["--config.file", path])
+    assert str(err.value).startswith(f"{path}: key 'replay.speed': "), str(err.value)
+
+
+@pytest.mark.parametrize("value, speed", [("0", 0.0), ("-0", 0.0), ("0.001", 0.001), ("1", 1.0), ("2.5", 2.5),
+                                          ("1000000", 1e6)])
+def test_replay_speed_accepted(value, speed):
+    settings, _ = resolve([f"--replay.speed={value}"])
+    assert settings["replay.speed"] == speed
+
+
+def test_process_replay_speed_out_of_range_one_line():
+    assert_one_line_error(run_exporter("--replay.speed=1e9"), "--replay.speed", "0 (as fast as possible)", "1e9")

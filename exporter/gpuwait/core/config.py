@@ -101,11 +101,24 @@ def parse_fraction(value: Any) -> float:
     return f
 
 
+#: Slowest and fastest replay speed factors besides 0. At the minimum a minute of trace
+#: already takes 17 hours, so anything slower is a typo; at the maximum a day of trace
+#: replays in a tenth of a second, and anything faster is what 0 already means.
+MIN_SPEED = 0.001
+MAX_SPEED = 1e6
+
+
 def parse_speed(value: Any) -> float:
-    f = float(value)
-    if not f >= 0 or f == float("inf"):
-        raise ValueError(f"must be a finite number >= 0: {value!r}")
-    return f
+    """0 (as fast as possible), or a factor from MIN_SPEED to MAX_SPEED."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a number: {value!r}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"not a number: {_clip(value)}") from None
+    if f != 0 and not MIN_SPEED <= f <= MAX_SPEED:
+        raise ValueError(f"must be 0 (as fast as possible) or from {MIN_SPEED:g} to {MAX_SPEED:.0f}: {_clip(value)}")
+    return f if f else 0.0  # -0 logs as "-0"
 
 
 def parse_count(value: Any) -> int:
@@ -206,7 +219,7 @@ ANALYSIS_INTERVAL = Option("analysis.interval", parse_duration, 1.0, "How often 
 LOG_LEVEL = Option("log.level", parse_level, "info", "Only log messages with this severity or above: debug, info, warn, error.", "LEVEL")
 RECORD_FILE = Option("record.file", str, "", "Record every Reading the sampler takes to this trace file (.gz compresses); see docs/trace-format.md.", "FILE")
 REPLAY_FILE = Option("replay.file", str, "", "Replay a recorded trace through the analysis and exposition instead of sampling this host.", "FILE", aliases=("replay",))
-REPLAY_SPEED = Option("replay.speed", parse_speed, 1.0, "Replay speed factor; 0 replays as fast as possible.", "FACTOR")
+REPLAY_SPEED = Option("replay.speed", parse_speed, 1.0, f"Replay speed factor, from {MIN_SPEED:g} to {MAX_SPEED:.0f}; 0 replays as fast as possible.", "FACTOR")
 SIMULATE_SCENARIO = Option("simulate.scenario", str, "", "Serve a simulated node running this scenario instead of sampling this host (see docs/verdicts.md for the list).", "SCENARIO", aliases=("simulate",))
 SIMULATE_PARAMS = Option("simulate.params", str, "", "Scenario parameters, e.g. period=2,duty=0.4,target_gpu=5,gpus=8,cores=32,noise=0.03,seed=1.", "KEY=VALUE,...")
 WEB_CONFIG_FILE = Option(
