@@ -445,3 +445,36 @@ def test_replay_speed_accepted(value, speed):
 
 def test_process_replay_speed_out_of_range_one_line():
     assert_one_line_error(run_exporter("--replay.speed=1e9"), "--replay.speed", "0 (as fast as possible)", "1e9")
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [("analysis.window: 100ms\nsample.interval: 100ms\n", "analysis.window"),
+     ("sample:\n  slow-interval: 50ms\n", "sample.slow-interval"),
+     ("sample.interval: 31s\n", "sample.interval"),
+     ("web.telemetry-path: /-/healthy\n", "web.telemetry-path"),
+     ("record.file: a.jsonl\nreplay.file: b.jsonl\n", "record.file"),
+     ("simulate.scenario: idle\nreplay.file: b.jsonl\n", "simulate.scenario")],
+)
+def test_inconsistent_file_values_name_file_and_key(tmp_path, text, key):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        resolve(["--config.file", path])
+    message = str(err.value)
+    assert message.startswith(f"{path}: key {key!r}: "), message
+    assert "\n" not in message
+
+
+def test_inconsistency_names_where_the_first_value_set_came_from(tmp_path):
+    path = write(tmp_path, "analysis.window: 150ms\n")
+    with pytest.raises(ConfigError) as err:
+        resolve(["--config.file", path, "--sample.interval=100ms"])
+    assert str(err.value).startswith(f"{path}: key 'analysis.window': "), str(err.value)
+    with pytest.raises(ConfigError) as err:
+        resolve(["--config.file", path, "--analysis.window=100ms", "--sample.interval=100ms"])
+    assert str(err.value).startswith("flag --analysis.window: "), str(err.value)
+
+
+def test_process_inconsistent_file_one_line(tmp_path):
+    path = write(tmp_path, "sample:\n  slow-interval: 50ms\n")
+    assert_one_line_error(run_exporter("--config.file", path), f"{path}: key 'sample.slow-interval'", "50ms")

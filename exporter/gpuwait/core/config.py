@@ -476,8 +476,12 @@ def resolve(argv: Sequence[str] | None, table: OptionTable) -> tuple[Settings, a
     options = table.all()
     values = {name: option.default for name, option in options.items()}
     config_path = getattr(args, CONFIG_FILE)
+    #: Where each value that is not a default came from, as the prefix of its errors.
+    origins: dict[str, str] = {}
     if config_path:
-        values.update(load_config_file(config_path, table))
+        from_file = load_config_file(config_path, table)
+        values.update(from_file)
+        origins.update((name, f"{config_path}: key {name!r}") for name in from_file)
     for name, option in options.items():
         given = getattr(args, name, None)
         if given is None:
@@ -486,21 +490,37 @@ def resolve(argv: Sequence[str] | None, table: OptionTable) -> tuple[Settings, a
             values[name] = given if isinstance(given, bool) else option.convert(given)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"flag --{name}: {e}") from None
+        origins[name] = f"flag --{name}"
     values[CONFIG_FILE] = config_path
     settings = Settings(values)
-    _check_consistency(settings)
+    _check_consistency(settings, origins)
     return settings, args
 
 
-def _check_consistency(settings: Settings) -> None:
-    if settings.analysis_window < 2 * settings.sample_interval:
-        raise ConfigError("analysis.window must hold at least two samples of sample.interval")
-    if settings.slow_interval < settings.sample_interval:
-        raise ConfigError("sample.slow-interval must not be shorter than sample.interval")
+def _check_consistency(settings: Settings, origins: Mapping[str, str] | None = None) -> None:
+    """Refuse options that contradict each other. The error starts with where the first of
+    the named options that was set came from (``FILE: key 'name'`` or ``flag --name``), as
+    the errors of single values do; one left at its default is named alone."""
+    origins = origins or {}
+
+    def refuse(names: Sequence[str], message: str) -> ConfigError:
+        where = next((origins[name] for name in names if name in origins), names[0])
+        return ConfigError(f"{where}: {message}")
+
+    window, sample, slow = settings.analysis_window, settings.sample_interval, settings.slow_interval
+    if window < 2 * sample:
+        raise refuse((ANALYSIS_WINDOW.name, SAMPLE_INTERVAL.name),
+                     f"analysis.window ({format_duration(window)}) must hold at least two samples of "
+                     f"sample.interval ({format_duration(sample)})")
+    if slow < sample:
+        raise refuse((SLOW_INTERVAL.name, SAMPLE_INTERVAL.name),
+                     f"sample.slow-interval ({format_duration(slow)}) must not be shorter than "
+                     f"sample.interval ({format_duration(sample)})")
     if settings[RECORD_FILE] and settings[REPLAY_FILE]:
-        raise ConfigError("record.file and replay.file cannot be used together")
+        raise refuse((RECORD_FILE.name, REPLAY_FILE.name), "record.file and replay.file cannot be used together")
     if settings[SIMULATE_SCENARIO] and settings[REPLAY_FILE]:
-        raise ConfigError("simulate.scenario and replay.file cannot be used together")
+        raise refuse((SIMULATE_SCENARIO.name, REPLAY_FILE.name), "simulate.scenario and replay.file cannot be used together")
     path = settings[WEB_TELEMETRY_PATH]
     if not path.startswith("/") or path in ("/", "/-/healthy", "/-/ready"):
-        raise ConfigError(f"web.telemetry-path must be an absolute path other than /, /-/healthy, /-/ready: {path!r}")
+        raise refuse((WEB_TELEMETRY_PATH.name,),
+                     f"web.telemetry-path must be an absolute path other than /, /-/healthy, /-/ready: {_clip(path)}")
