@@ -478,3 +478,34 @@ def test_inconsistency_names_where_the_first_value_set_came_from(tmp_path):
 def test_process_inconsistent_file_one_line(tmp_path):
     path = write(tmp_path, "sample:\n  slow-interval: 50ms\n")
     assert_one_line_error(run_exporter("--config.file", path), f"{path}: key 'sample.slow-interval'", "50ms")
+
+
+@pytest.mark.parametrize("value, count", [(0, 0), (40, 40), ("40", 40), (" 7 ", 7), ("+3", 3), ("65535", 65535)])
+def test_count_accepts_whole_numbers(value, count):
+    from gpuwait.core.config import parse_count
+
+    assert parse_count(value) == count
+
+
+@pytest.mark.parametrize("value, mention", [("1.5", "whole number"), (1.5, "whole number"), (2.0, "whole number"),
+                                            ("1e3", "whole number"), (True, "whole number"), ("", "whole number"),
+                                            pytest.param("9" * 5000, "whole number", id="5000-digits"),
+                                            ("-1", "0 or more")])
+def test_count_refuses_what_is_not_a_whole_number(value, mention):
+    from gpuwait.core.config import parse_count
+
+    with pytest.raises(ValueError) as err:
+        parse_count(value)
+    assert mention in str(err.value) and len(str(err.value)) < 100, str(err.value)
+
+
+def test_fractional_count_in_file_names_file_and_key(tmp_path):
+    # YAML reads 1.5 as a float, which int() would have cut to 1 without a word.
+    path = write(tmp_path, "web.max-requests: 1.5\n")
+    with pytest.raises(ConfigError) as err:
+        resolve(["--config.file", path])
+    assert str(err.value) == f"{path}: key 'web.max-requests': not a whole number: 1.5"
+
+
+def test_process_fractional_count_one_line():
+    assert_one_line_error(run_exporter("--web.max-requests=1.5"), "--web.max-requests", "whole number", "'1.5'")

@@ -121,23 +121,26 @@ def parse_speed(value: Any) -> float:
     return f if f else 0.0  # -0 logs as "-0"
 
 
+def _whole_number(value: Any) -> int:
+    # A float is refused even when whole: int() would silently cut 1.5 to 1.
+    if isinstance(value, bool) or isinstance(value, float):
+        raise ValueError(f"not a whole number: {value!r}")
+    text = str(value).strip()
+    if not re.fullmatch(r"[+-]?\d{1,18}", text):
+        raise ValueError(f"not a whole number of at most 18 digits: {_clip(value)}")
+    return int(text)
+
+
 def parse_count(value: Any) -> int:
     """A whole number, 0 or more."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a number: {value!r}")
-    n = int(value)
+    n = _whole_number(value)
     if n < 0:
         raise ValueError(f"must be 0 or more: {value!r}")
     return n
 
 
 def parse_positive_int(value: Any) -> int:
-    if isinstance(value, bool) or isinstance(value, float):
-        raise ValueError(f"not a whole number: {value!r}")
-    text = str(value).strip()
-    if not re.fullmatch(r"[+-]?\d{1,18}", text):
-        raise ValueError(f"not a whole number of at most 18 digits: {_clip(value)}")
-    n = int(text)
+    n = _whole_number(value)
     if n < 1:
         raise ValueError(f"must be at least 1: {value!r}")
     return n
