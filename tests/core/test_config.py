@@ -509,3 +509,34 @@ def test_fractional_count_in_file_names_file_and_key(tmp_path):
 
 def test_process_fractional_count_one_line():
     assert_one_line_error(run_exporter("--web.max-requests=1.5"), "--web.max-requests", "whole number", "'1.5'")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_config_file_that_is_not_a_regular_file_refused_without_waiting(tmp_path, kind):
+    import os
+    import threading
+
+    path = tmp_path / "gpuwait.yml"
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    outcome = []
+
+    def load():
+        try:
+            load_config_file(str(path))
+        except ConfigError as e:
+            outcome.append(str(e))
+
+    # A FIFO nobody writes would block open() for good: the load runs where it cannot hang the test.
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "waited on the file"
+    assert outcome == [f"{path}: cannot read config file: not a regular file"]
+
+
+def test_process_fifo_config_file_one_line(tmp_path):
+    import os
+
+    path = tmp_path / "gpuwait.yml"
+    os.mkfifo(path)
+    assert_one_line_error(run_exporter("--config.file", str(path)), str(path), "not a regular file")

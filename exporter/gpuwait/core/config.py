@@ -14,7 +14,9 @@ every option is assembled by ``gpuwait.core.registry`` from the exporter's own o
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
@@ -397,8 +399,17 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 def load_config_file(path: str, table: OptionTable) -> dict[str, Any]:
     """Parse a config file into {option name: parsed value}; ConfigError names file and key."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
+        # Opening a FIFO for reading waits for a writer, which would hang the start or every
+        # later reload with nothing in the log: it is opened without waiting, then judged.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ConfigError(f"{path}: cannot read config file: not a regular file")
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                raw = f.read(MAX_CONFIG_BYTES + 1)
+        finally:
+            os.close(fd)
     except OSError as e:
         raise ConfigError(f"{path}: cannot read config file: {e.strerror or e}") from None
     if len(raw) > MAX_CONFIG_BYTES:
