@@ -374,7 +374,7 @@ def _check_expanded_size(root: yaml.Node) -> None:
             open_nodes.discard(id(node))
             size = 1 + sum(sizes[id(child)] for child in children)
             if size > MAX_CONFIG_NODES:
-                raise _AliasBomb(f"aliases expand to more than {MAX_CONFIG_NODES} nodes")
+                raise _AliasBomb(f"more than {MAX_CONFIG_NODES} nodes once its aliases are expanded")
             sizes[id(node)] = size
             continue
         if id(node) in open_nodes:
