@@ -110,6 +110,7 @@ def reloadable(name: str) -> bool:
 def reload_settings(argv: Sequence[str] | None, sampler: Sampler) -> None:
     """On SIGHUP: resolve flags and --config.file again and apply what can change live. A
     configuration that does not resolve leaves the running one as it is."""
+    log.info("reloading the configuration")
     try:
         fresh, _ = resolve(argv)
     except ConfigError as e:
@@ -206,10 +207,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         ", ".join(c.name for c in collectors) or "none",
         settings.sample_interval, settings.slow_interval, settings.analysis_window,
     )
+    # A reload runs off the main thread: parsing a large config file takes seconds, and
+    # SIGTERM must not wait for it. One runs at a time; a SIGHUP meanwhile starts the next.
+    reloading: threading.Thread | None = None
     while not stop.wait(0.5):
-        if reload_requested.is_set():
+        if reload_requested.is_set() and (reloading is None or not reloading.is_alive()):
             reload_requested.clear()
-            reload_settings(argv, sampler)
+            reloading = threading.Thread(target=reload_settings, args=(argv, sampler), name="reload", daemon=True)
+            reloading.start()
     server.shutdown()
     server.server_close()
     if not replayer:

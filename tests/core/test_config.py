@@ -379,7 +379,8 @@ def alias_bomb(levels: int = 9, width: int = 9) -> str:
 
 @pytest.mark.parametrize(
     "text, mention",
-    [(alias_bomb(), "aliases expand to more than"),
+    [(alias_bomb(), "more than 100000 nodes once its aliases are expanded"),
+     ("a: [" + ",".join(["1"] * 100_001) + "]\n", "more than 100000 nodes"),
      ("a: &a {b: *a}\n", "refers to the node that contains it"),
      ("a: &a [1, *a]\n", "refers to the node that contains it"),
      ("a: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
@@ -417,3 +418,126 @@ def test_process_out_of_range_values_one_line(tmp_path):
 def test_process_alias_bomb_one_line(tmp_path):
     path = write(tmp_path, alias_bomb())
     assert_one_line_error(run_exporter("--config.file", path), path, "aliases")
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "-inf", "1e9", "1e-9", "1e400", "true", "fast", "9" * 5000])
+def test_replay_speed_out_of_range_flag_refused(value):
+    with pytest.raises(ConfigError) as err:
+        resolve([f"--replay.speed={value}"])
+    message = str(err.value)
+    assert message.startswith("flag --replay.speed: ") and "\n" not in message and len(message) < 200, message
+
+
+@pytest.mark.parametrize("text", ["replay.speed: -1\n", "replay:\n  speed: .nan\n", "replay.speed: .inf\n",
+                                  "replay.speed: 1.0e+9\n", "replay.speed: yes\n", "replay.speed: [1]\n"])
+def test_replay_speed_out_of_range_file_value_names_file_and_key(tmp_path, text):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        resolve(["--config.file", path])
+    assert str(err.value).startswith(f"{path}: key 'replay.speed': "), str(err.value)
+
+
+@pytest.mark.parametrize("value, speed", [("0", 0.0), ("-0", 0.0), ("0.001", 0.001), ("1", 1.0), ("2.5", 2.5),
+                                          ("1000000", 1e6)])
+def test_replay_speed_accepted(value, speed):
+    settings, _ = resolve([f"--replay.speed={value}"])
+    assert settings["replay.speed"] == speed
+
+
+def test_process_replay_speed_out_of_range_one_line():
+    assert_one_line_error(run_exporter("--replay.speed=1e9"), "--replay.speed", "0 (as fast as possible)", "1e9")
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [("analysis.window: 100ms\nsample.interval: 100ms\n", "analysis.window"),
+     ("sample:\n  slow-interval: 50ms\n", "sample.slow-interval"),
+     ("sample.interval: 31s\n", "sample.interval"),
+     ("web.telemetry-path: /-/healthy\n", "web.telemetry-path"),
+     ("record.file: a.jsonl\nreplay.file: b.jsonl\n", "record.file"),
+     ("simulate.scenario: idle\nreplay.file: b.jsonl\n", "simulate.scenario")],
+)
+def test_inconsistent_file_values_name_file_and_key(tmp_path, text, key):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        resolve(["--config.file", path])
+    message = str(err.value)
+    assert message.startswith(f"{path}: key {key!r}: "), message
+    assert "\n" not in message
+
+
+def test_inconsistency_names_where_the_first_value_set_came_from(tmp_path):
+    path = write(tmp_path, "analysis.window: 150ms\n")
+    with pytest.raises(ConfigError) as err:
+        resolve(["--config.file", path, "--sample.interval=100ms"])
+    assert str(err.value).startswith(f"{path}: key 'analysis.window': "), str(err.value)
+    with pytest.raises(ConfigError) as err:
+        resolve(["--config.file", path, "--analysis.window=100ms", "--sample.interval=100ms"])
+    assert str(err.value).startswith("flag --analysis.window: "), str(err.value)
+
+
+def test_process_inconsistent_file_one_line(tmp_path):
+    path = write(tmp_path, "sample:\n  slow-interval: 50ms\n")
+    assert_one_line_error(run_exporter("--config.file", path), f"{path}: key 'sample.slow-interval'", "50ms")
+
+
+@pytest.mark.parametrize("value, count", [(0, 0), (40, 40), ("40", 40), (" 7 ", 7), ("+3", 3), ("65535", 65535)])
+def test_count_accepts_whole_numbers(value, count):
+    from gpuwait.core.config import parse_count
+
+    assert parse_count(value) == count
+
+
+@pytest.mark.parametrize("value, mention", [("1.5", "whole number"), (1.5, "whole number"), (2.0, "whole number"),
+                                            ("1e3", "whole number"), (True, "whole number"), ("", "whole number"),
+                                            pytest.param("9" * 5000, "whole number", id="5000-digits"),
+                                            ("-1", "0 or more")])
+def test_count_refuses_what_is_not_a_whole_number(value, mention):
+    from gpuwait.core.config import parse_count
+
+    with pytest.raises(ValueError) as err:
+        parse_count(value)
+    assert mention in str(err.value) and len(str(err.value)) < 100, str(err.value)
+
+
+def test_fractional_count_in_file_names_file_and_key(tmp_path):
+    # YAML reads 1.5 as a float, which int() would have cut to 1 without a word.
+    path = write(tmp_path, "web.max-requests: 1.5\n")
+    with pytest.raises(ConfigError) as err:
+        resolve(["--config.file", path])
+    assert str(err.value) == f"{path}: key 'web.max-requests': not a whole number: 1.5"
+
+
+def test_process_fractional_count_one_line():
+    assert_one_line_error(run_exporter("--web.max-requests=1.5"), "--web.max-requests", "whole number", "'1.5'")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_config_file_that_is_not_a_regular_file_refused_without_waiting(tmp_path, kind):
+    import os
+    import threading
+
+    path = tmp_path / "gpuwait.yml"
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    outcome = []
+
+    def load():
+        try:
+            load_config_file(str(path))
+        except ConfigError as e:
+            outcome.append(str(e))
+
+    # A FIFO nobody writes would block open() for good: the load runs where it cannot hang the test.
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "waited on the file"
+    assert outcome == [f"{path}: cannot read config file: not a regular file"]
+
+
+def test_process_fifo_config_file_one_line(tmp_path):
+    import os
+
+    path = tmp_path / "gpuwait.yml"
+    os.mkfifo(path)
+    assert_one_line_error(run_exporter("--config.file", str(path)), str(path), "not a regular file")

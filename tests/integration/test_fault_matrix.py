@@ -22,7 +22,8 @@ Rows here: a file replaced by a FIFO that never answers, then restored; one malf
 line in /proc/stat; a file truncated, then filled with garbage, mid-run; 32-bit IB data counters that
 wrap and 64-bit ones that reset; thousands of short-lived processes on a GPU; a 2,000-line
 /proc/stat; the wall clock stepping while the monotonic clock does not; SIGTERM during
-scrapes; SIGHUP reloading the configuration; a bad configuration on reload.
+scrapes; SIGHUP reloading the configuration; a bad configuration, an alias bomb, on reload;
+SIGTERM during a reload that takes seconds to parse.
 """
 
 from __future__ import annotations
@@ -450,6 +451,70 @@ def test_sighup_reloads_what_can_change_live_and_a_bad_config_keeps_the_old_one(
         no_crash(exp)
         code = exp.stop()
     assert code == 0
+
+
+def alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """A few hundred bytes of YAML whose aliases expand to 9**9 nodes."""
+    lines = ["a0: &a0 {x: 1, y: 2}"]
+    for i in range(1, levels + 1):
+        lines.append(f"a{i}: &a{i} {{" + ", ".join(f"k{j}: *a{i - 1}" for j in range(width)) + "}")
+    return "\n".join(lines) + "\n"
+
+
+def wait_for_log(exp: ExporterProcess, text: str, count: int = 1, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while exp.log().count(text) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert exp.log().count(text) >= count, exp.log()
+
+
+def test_sighup_with_an_alias_bomb_is_refused_and_the_old_config_served(tmp_path):
+    tree = copy_host(tmp_path)
+    stat = tree / "proc" / "stat"
+    stat.unlink()
+    config = tmp_path / "gpuwait.yaml"
+    config.write_text(config_text(0.3))
+    args = [*tree_args(tree), *QUICK, *only("cpu"), f"--config.file={config}"]
+    with Writer(stat, lambda tick: proc_stat(4, tick)), ExporterProcess(args) as exp:
+        exp.wait_for(lambda s: saturated(s) == 4)
+        # Were the bomb's threshold taken, no core would count as saturated.
+        config.write_text(config_text(0.95) + alias_bomb())
+        started = time.monotonic()
+        exp.proc.send_signal(signal.SIGHUP)
+        wait_for_log(exp, "reload failed")
+        assert time.monotonic() - started < 5, "the bomb is refused before it is expanded"
+        errors = [line for line in exp.log().splitlines() if "level=error" in line]
+        assert len(errors) == 1, exp.log()
+        assert "reload failed, keeping the running configuration" in errors[0] and str(config) in errors[0]
+        assert "nodes once its aliases are expanded" in errors[0]
+        for _ in range(3):
+            time.sleep(0.3)
+            assert saturated(exp.scrape()) == 4
+        assert exp.get("/-/ready")[0] == 200
+        no_crash(exp)
+        assert exp.stop() == 0
+
+
+def test_sigterm_during_a_slow_reload_exits_within_a_second(tmp_path):
+    config = tmp_path / "gpuwait.yaml"
+    config.write_text("log.level: info\n")
+    with ExporterProcess([*tree_args(HOST_TREE), *QUICK, *only("cpu"), f"--config.file={config}"]) as exp:
+        exp.scrape()
+        # Under the 1 MiB a config file may have, half a million list items take the YAML
+        # parser several seconds (and are then refused as too many nodes).
+        config.write_text("simulate.params: [" + ",".join(["1"] * 500_000) + "]\n")
+        exp.proc.send_signal(signal.SIGHUP)
+        wait_for_log(exp, "reloading the configuration")
+        time.sleep(0.3)
+        exp.proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        code = exp.proc.wait(60)
+        took = time.monotonic() - started
+    log = exp.log()
+    assert took < 1.5, f"exited {took:.2f}s after SIGTERM:\n{log}"
+    assert code == 0 and 'msg="stopped"' in log, log
+    assert "reload failed" not in log and "configuration reloaded" not in log, "the reload ended before SIGTERM"
+    assert "Traceback" not in log
 
 
 def test_sighup_without_a_config_file_is_harmless():

@@ -15,6 +15,7 @@ from gpuwait.core.reading import Reading
 from gpuwait.core.registry import resolve
 from gpuwait.core.sampler import Sampler
 from gpuwait.trace import file as trace_file
+from gpuwait.trace.codec import to_jsonable
 from gpuwait.trace.file import TraceError, TraceReader, TraceWriter
 from gpuwait.trace.replay import ReplayedSource, Replayer
 
@@ -134,6 +135,46 @@ def test_record_file_truncates_a_regular_file(tmp_path):
     writer.write(Reading("cpu", 0.0, CpuData({"0": {"user": 1.0, "idle": 0.0}}, 1, 0)))
     writer.close()
     assert len(list(TraceReader(str(path), PAYLOADS))) == 1
+
+
+def padded_reading(line_chars: int, t: float = 1.0) -> Reading:
+    """A cpu Reading whose trace line, newline included, is exactly ``line_chars`` long."""
+    def reading(pad: int) -> Reading:
+        # A non-ASCII character is written escaped: the line's length counts the escape.
+        return Reading("cpu", t, CpuData({"0": {"\u00e9" + "u" * pad: 1.0}}, 1, 0))
+
+    def length(r: Reading) -> int:
+        record = {"t": t, "source": "cpu", "data": to_jsonable(r.data)}
+        return len(json.dumps(record, separators=(",", ":"))) + 1
+
+    r = reading(line_chars - length(reading(0)))
+    assert length(r) == line_chars
+    return r
+
+
+@pytest.mark.parametrize("name", ["t.jsonl", "t.jsonl.gz"])
+def test_recorder_writes_only_lines_the_reader_takes(tmp_path, caplog, name):
+    limit = trace_file.MAX_LINE_CHARS
+    path = str(tmp_path / name)
+    writer = TraceWriter(path, origin=0.0)
+    writer.write(padded_reading(limit, t=1.0))
+    with caplog.at_level("WARNING", logger="gpuwait.record"):
+        writer.write(padded_reading(limit + 1, t=2.0))
+        writer.write(padded_reading(limit + 1000, t=3.0))
+    writer.write(padded_reading(100, t=4.0))
+    writer.close()
+    readings = list(TraceReader(path, PAYLOADS))
+    assert [r.t for r in readings] == [1.0, 4.0]
+    assert readings[0] == padded_reading(limit, t=1.0)
+    assert writer.refused == {"cpu": 2}
+    warnings = [r.getMessage() for r in caplog.records if r.name == "gpuwait.record"]
+    assert len(warnings) == 1 and "source cpu" in warnings[0] and str(limit) in warnings[0], warnings
+
+
+def test_recorder_refuses_a_header_the_reader_would_not_take(tmp_path, monkeypatch):
+    monkeypatch.setattr(trace_file, "MAX_LINE_CHARS", 1000)
+    with pytest.raises(ValueError, match="header longer than 1000"):
+        TraceWriter(str(tmp_path / "t.jsonl"), meta={"note": "x" * 1000})
 
 
 def test_process_replay_stopped_on_an_error_is_not_ready(tmp_path):

@@ -14,7 +14,9 @@ every option is assembled by ``gpuwait.core.registry`` from the exporter's own o
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
@@ -101,30 +103,46 @@ def parse_fraction(value: Any) -> float:
     return f
 
 
+#: Slowest and fastest replay speed factors besides 0. At the minimum a minute of trace
+#: already takes 17 hours, so anything slower is a typo; at the maximum a day of trace
+#: replays in a tenth of a second, and anything faster is what 0 already means.
+MIN_SPEED = 0.001
+MAX_SPEED = 1e6
+
+
 def parse_speed(value: Any) -> float:
-    f = float(value)
-    if not f >= 0 or f == float("inf"):
-        raise ValueError(f"must be a finite number >= 0: {value!r}")
-    return f
+    """0 (as fast as possible), or a factor from MIN_SPEED to MAX_SPEED."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a number: {value!r}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"not a number: {_clip(value)}") from None
+    if f != 0 and not MIN_SPEED <= f <= MAX_SPEED:
+        raise ValueError(f"must be 0 (as fast as possible) or from {MIN_SPEED:g} to {MAX_SPEED:.0f}: {_clip(value)}")
+    return f if f else 0.0  # -0 logs as "-0"
+
+
+def _whole_number(value: Any) -> int:
+    # A float is refused even when whole: int() would silently cut 1.5 to 1.
+    if isinstance(value, bool) or isinstance(value, float):
+        raise ValueError(f"not a whole number: {value!r}")
+    text = str(value).strip()
+    if not re.fullmatch(r"[+-]?\d{1,18}", text):
+        raise ValueError(f"not a whole number of at most 18 digits: {_clip(value)}")
+    return int(text)
 
 
 def parse_count(value: Any) -> int:
     """A whole number, 0 or more."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a number: {value!r}")
-    n = int(value)
+    n = _whole_number(value)
     if n < 0:
         raise ValueError(f"must be 0 or more: {value!r}")
     return n
 
 
 def parse_positive_int(value: Any) -> int:
-    if isinstance(value, bool) or isinstance(value, float):
-        raise ValueError(f"not a whole number: {value!r}")
-    text = str(value).strip()
-    if not re.fullmatch(r"[+-]?\d{1,18}", text):
-        raise ValueError(f"not a whole number of at most 18 digits: {_clip(value)}")
-    n = int(text)
+    n = _whole_number(value)
     if n < 1:
         raise ValueError(f"must be at least 1: {value!r}")
     return n
@@ -206,7 +224,7 @@ ANALYSIS_INTERVAL = Option("analysis.interval", parse_duration, 1.0, "How often 
 LOG_LEVEL = Option("log.level", parse_level, "info", "Only log messages with this severity or above: debug, info, warn, error.", "LEVEL")
 RECORD_FILE = Option("record.file", str, "", "Record every Reading the sampler takes to this trace file (.gz compresses); see docs/trace-format.md.", "FILE")
 REPLAY_FILE = Option("replay.file", str, "", "Replay a recorded trace through the analysis and exposition instead of sampling this host.", "FILE", aliases=("replay",))
-REPLAY_SPEED = Option("replay.speed", parse_speed, 1.0, "Replay speed factor; 0 replays as fast as possible.", "FACTOR")
+REPLAY_SPEED = Option("replay.speed", parse_speed, 1.0, f"Replay speed factor, from {MIN_SPEED:g} to {MAX_SPEED:.0f}; 0 replays as fast as possible.", "FACTOR")
 SIMULATE_SCENARIO = Option("simulate.scenario", str, "", "Serve a simulated node running this scenario instead of sampling this host (see docs/verdicts.md for the list).", "SCENARIO", aliases=("simulate",))
 SIMULATE_PARAMS = Option("simulate.params", str, "", "Scenario parameters, e.g. period=2,duty=0.4,target_gpu=5,gpus=8,cores=32,noise=0.03,seed=1.", "KEY=VALUE,...")
 WEB_CONFIG_FILE = Option(
@@ -356,7 +374,7 @@ def _check_expanded_size(root: yaml.Node) -> None:
             open_nodes.discard(id(node))
             size = 1 + sum(sizes[id(child)] for child in children)
             if size > MAX_CONFIG_NODES:
-                raise _AliasBomb(f"aliases expand to more than {MAX_CONFIG_NODES} nodes")
+                raise _AliasBomb(f"more than {MAX_CONFIG_NODES} nodes once its aliases are expanded")
             sizes[id(node)] = size
             continue
         if id(node) in open_nodes:
@@ -381,8 +399,17 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 def load_config_file(path: str, table: OptionTable) -> dict[str, Any]:
     """Parse a config file into {option name: parsed value}; ConfigError names file and key."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
+        # Opening a FIFO for reading waits for a writer, which would hang the start or every
+        # later reload with nothing in the log: it is opened without waiting, then judged.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ConfigError(f"{path}: cannot read config file: not a regular file")
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                raw = f.read(MAX_CONFIG_BYTES + 1)
+        finally:
+            os.close(fd)
     except OSError as e:
         raise ConfigError(f"{path}: cannot read config file: {e.strerror or e}") from None
     if len(raw) > MAX_CONFIG_BYTES:
@@ -463,8 +490,12 @@ def resolve(argv: Sequence[str] | None, table: OptionTable) -> tuple[Settings, a
     options = table.all()
     values = {name: option.default for name, option in options.items()}
     config_path = getattr(args, CONFIG_FILE)
+    #: Where each value that is not a default came from, as the prefix of its errors.
+    origins: dict[str, str] = {}
     if config_path:
-        values.update(load_config_file(config_path, table))
+        from_file = load_config_file(config_path, table)
+        values.update(from_file)
+        origins.update((name, f"{config_path}: key {name!r}") for name in from_file)
     for name, option in options.items():
         given = getattr(args, name, None)
         if given is None:
@@ -473,21 +504,37 @@ def resolve(argv: Sequence[str] | None, table: OptionTable) -> tuple[Settings, a
             values[name] = given if isinstance(given, bool) else option.convert(given)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"flag --{name}: {e}") from None
+        origins[name] = f"flag --{name}"
     values[CONFIG_FILE] = config_path
     settings = Settings(values)
-    _check_consistency(settings)
+    _check_consistency(settings, origins)
     return settings, args
 
 
-def _check_consistency(settings: Settings) -> None:
-    if settings.analysis_window < 2 * settings.sample_interval:
-        raise ConfigError("analysis.window must hold at least two samples of sample.interval")
-    if settings.slow_interval < settings.sample_interval:
-        raise ConfigError("sample.slow-interval must not be shorter than sample.interval")
+def _check_consistency(settings: Settings, origins: Mapping[str, str] | None = None) -> None:
+    """Refuse options that contradict each other. The error starts with where the first of
+    the named options that was set came from (``FILE: key 'name'`` or ``flag --name``), as
+    the errors of single values do; one left at its default is named alone."""
+    origins = origins or {}
+
+    def refuse(names: Sequence[str], message: str) -> ConfigError:
+        where = next((origins[name] for name in names if name in origins), names[0])
+        return ConfigError(f"{where}: {message}")
+
+    window, sample, slow = settings.analysis_window, settings.sample_interval, settings.slow_interval
+    if window < 2 * sample:
+        raise refuse((ANALYSIS_WINDOW.name, SAMPLE_INTERVAL.name),
+                     f"analysis.window ({format_duration(window)}) must hold at least two samples of "
+                     f"sample.interval ({format_duration(sample)})")
+    if slow < sample:
+        raise refuse((SLOW_INTERVAL.name, SAMPLE_INTERVAL.name),
+                     f"sample.slow-interval ({format_duration(slow)}) must not be shorter than "
+                     f"sample.interval ({format_duration(sample)})")
     if settings[RECORD_FILE] and settings[REPLAY_FILE]:
-        raise ConfigError("record.file and replay.file cannot be used together")
+        raise refuse((RECORD_FILE.name, REPLAY_FILE.name), "record.file and replay.file cannot be used together")
     if settings[SIMULATE_SCENARIO] and settings[REPLAY_FILE]:
-        raise ConfigError("simulate.scenario and replay.file cannot be used together")
+        raise refuse((SIMULATE_SCENARIO.name, REPLAY_FILE.name), "simulate.scenario and replay.file cannot be used together")
     path = settings[WEB_TELEMETRY_PATH]
     if not path.startswith("/") or path in ("/", "/-/healthy", "/-/ready"):
-        raise ConfigError(f"web.telemetry-path must be an absolute path other than /, /-/healthy, /-/ready: {path!r}")
+        raise refuse((WEB_TELEMETRY_PATH.name,),
+                     f"web.telemetry-path must be an absolute path other than /, /-/healthy, /-/ready: {_clip(path)}")

@@ -67,8 +67,7 @@ class _Reader:
         self._done = threading.Event()
         self._outcome: ReadOutcome | None = None
         self.abandoned = False
-        self.thread = threading.Thread(target=self._run, name=f"read-{state.spec.name}", daemon=True)
-        self.thread.start()
+        threading.Thread(target=self._run, name=f"read-{state.spec.name}", daemon=True).start()
 
     def read(self, deadline: float) -> ReadOutcome | None:
         """The outcome of one read, or None when it has not returned within ``deadline`` s."""

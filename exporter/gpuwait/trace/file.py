@@ -7,6 +7,7 @@ import gzip
 import io
 import errno
 import json
+import logging
 import os
 import socket
 import stat
@@ -19,6 +20,8 @@ from typing import IO, Any
 from gpuwait import __version__
 from gpuwait.core.reading import Reading
 from gpuwait.trace.codec import DecodeError, from_jsonable, to_jsonable
+
+log = logging.getLogger("gpuwait.record")
 
 FORMAT = "gpuwait-trace"
 #: Version 2 adds sources (nccl, owner_cgroup); a version 1 trace holds a subset of its sources and the
@@ -112,6 +115,8 @@ class TraceWriter:
         self._origin: float | None = origin
         self._flush_interval = flush_interval
         self._last_flush = time.monotonic()
+        #: Readings left out for a line longer than the reader takes, by source.
+        self.refused: dict[str, int] = {}
         header = {
             "format": FORMAT,
             "version": VERSION,
@@ -119,10 +124,11 @@ class TraceWriter:
             "host": socket.gethostname(),
             "meta": {"gpuwait_version": __version__, **dict(meta or {})},
         }
-        self._write_line(header)
-
-    def _write_line(self, obj: Any) -> None:
-        self._file.write(json.dumps(obj, separators=(",", ":"), allow_nan=False).encode() + b"\n")
+        line = _encode_line(header)
+        if line is None:
+            self.close()
+            raise ValueError(f"trace header longer than {MAX_LINE_CHARS} characters")
+        self._file.write(line)
 
     def write(self, reading: Reading) -> None:
         with self._lock:
@@ -130,12 +136,21 @@ class TraceWriter:
                 return
             if self._origin is None:
                 self._origin = reading.t
-            self._write_line({
+            line = _encode_line({
                 "t": round(reading.t - self._origin, 6),
                 "source": reading.source,
                 "data": to_jsonable(reading.data),
                 **({"errors": list(reading.errors)} if reading.errors else {}),
             })
+            if line is None:
+                # A Reading cannot be split across lines, and a line the reader refuses would
+                # end the replay there: leaving this one out keeps the rest of the trace.
+                if reading.source not in self.refused:
+                    log.warning("record.file: a reading of source %s is longer than the %d characters a trace line "
+                                "may hold; such readings are not recorded", reading.source, MAX_LINE_CHARS)
+                self.refused[reading.source] = self.refused.get(reading.source, 0) + 1
+                return
+            self._file.write(line)
             now = time.monotonic()
             if now - self._last_flush >= self._flush_interval:
                 # A sync flush per second: a node that dies mid-incident still leaves a readable trace.
@@ -148,6 +163,13 @@ class TraceWriter:
                 self._file.close()
             if not self._raw.closed:
                 self._raw.close()
+
+
+def _encode_line(obj: Any) -> bytes | None:
+    """One trace line with its newline, or None if the reader would refuse it as too long.
+    JSON is written as ASCII, so its length in bytes is its length in characters."""
+    line = json.dumps(obj, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    return line if len(line) <= MAX_LINE_CHARS else None
 
 
 def _open_text(path: str) -> IO[str]:
