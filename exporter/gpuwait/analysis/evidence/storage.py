@@ -97,6 +97,8 @@ def _nfs_slow(inputs: AnalysisInputs, grid: Grid, settings: Settings, reading: l
         for i in range(n):
             if total_ops[i] >= min_ops:
                 reading[i] = True
-                if total_ms[i] / 1000.0 / total_ops[i] >= latency or total_ms[i] / 1000.0 >= waiters:
+                # execute seconds per second: the mean number of callers waiting on the server
+                waiting = total_ms[i] / 1000.0
+                if waiting / total_ops[i] >= latency or waiting >= waiters:
                     slow[i] = True
     return slow

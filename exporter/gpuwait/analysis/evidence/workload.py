@@ -52,18 +52,19 @@ def demand(report: OwnerWorkload, settings: Settings) -> bool:
     return report.demand
 
 
-def _without_inferred_input_wait(evidence: dict[str, Sequence[float]]) -> dict[str, Sequence[float]]:
+#: The causes a wait for the next batch is one of: what the loop's data-wait account speaks to.
+INPUT_SIDE = ("storage", "data_pipeline")
+
+
+def _without_inferred_input_wait(evidence: Mapping[str, Sequence[float]]) -> dict[str, Sequence[float]]:
     """The loop timed its wait for the next batch and found none (A8): what the host only
     suggests about the input side (a saturated core, which a thread spinning in a CUDA
     synchronisation or a launch-bound server shows as well; host-wide reads) is contradicted
     by the measurement and dropped. Direct evidence stands: a quota that throttles the owner
     starves the thread that launches the kernels too, outside ``next()``, and reads its own
     threads block on are seen first-hand."""
-    for cause in ("storage", "data_pipeline"):
-        values = evidence.get(cause)
-        if values is not None:
-            evidence[cause] = [v if v >= DIRECT else 0.0 for v in values]
-    return evidence
+    return {cause: [v if v >= DIRECT else 0.0 for v in values] if cause in INPUT_SIDE else values
+            for cause, values in evidence.items()}
 
 
 def with_data_wait(
@@ -73,11 +74,11 @@ def with_data_wait(
     data_pipeline as direct evidence. A loop that reports less data wait than
     verdict.workload.min-data-wait leaves only the direct input-side evidence standing."""
     share = report.data_wait_ratio
+    if share is not None and share < settings[MIN_DATA_WAIT]:
+        return _without_inferred_input_wait(evidence)
     out = dict(evidence)
     if share is None:
         return out
-    if share < settings[MIN_DATA_WAIT]:
-        return _without_inferred_input_wait(out)
     n = len(idle)
     idle_at = [i for i, x in enumerate(idle) if x == x and x >= 0.5]
     samples = sum(1 for x in idle if x == x)
@@ -98,7 +99,7 @@ def with_data_wait(
     side_at = {i: "storage" if storage[i] >= cpu[i] else "data_pipeline" for i in idle_at if storage[i] or cpu[i]}
     stored = sum(1 for side in side_at.values() if side == "storage")
     elsewhere = "storage" if stored > len(side_at) - stored else "data_pipeline"
-    marked = {c: list(out.get(c) or [0.0] * n) for c in ("storage", "data_pipeline")}
+    marked = {c: list(out.get(c) or [0.0] * n) for c in INPUT_SIDE}
     for i in chosen:
         side = side_at.get(i, elsewhere)
         # The loop's own measurement is the most direct evidence there is (A8): it outranks
