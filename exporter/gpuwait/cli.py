@@ -9,8 +9,6 @@ import threading
 import time
 from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry
-
 from gpuwait import __version__
 from gpuwait.core.config import (
     ANALYSIS_INTERVAL,
@@ -164,11 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return [] if replayer.readings > 0 or replayer.finished.is_set() else ["replay has delivered no reading yet"]
     else:
         ready = sampler.not_ready
-    prom_registry = CollectorRegistry(auto_describe=False)
-    prom_registry.register(GpuwaitCollector(sampler, collectors))
     try:
         server = make_server(
-            settings[WEB_LISTEN_ADDRESS], settings[WEB_TELEMETRY_PATH], prom_registry,
+            settings[WEB_LISTEN_ADDRESS], settings[WEB_TELEMETRY_PATH], GpuwaitCollector(sampler, collectors),
             healthy=(lambda: True) if replayer else sampler.alive, ready=ready,
             web_config_file=settings[WEB_CONFIG_FILE], max_connections=settings[WEB_MAX_CONNECTIONS],
             max_requests=settings[WEB_MAX_REQUESTS],

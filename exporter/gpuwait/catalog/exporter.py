@@ -17,7 +17,7 @@ METRICS = (
     ),
     MetricSpec(
         "gpuwait_source_reading_age_seconds", "gauge",
-        "Seconds since the reading behind the source's series was taken (absent while the source serves none); it grows past the source's interval only when reads are late, hang or fail.",
+        "Seconds since the reading behind the source's series was taken (absent while the source serves none); it grows past the source's interval plus one --analysis.interval (a scrape serves the reading taken when the exposition was last rendered) only when reads are late, hang or fail.",
         labels=("source",), unit="seconds", source=SOURCE,
     ),
     MetricSpec(

@@ -173,9 +173,14 @@ class Sampler:
         self, collectors: list[CollectorSpec], settings: Settings,
         make_source: Callable[[SourceSpec, Settings], Source] | None = None,
     ) -> None:
-        self.settings = settings
+        self._settings = settings
         self.collectors = collectors
         self.states: dict[str, SourceState] = {}
+        #: Bumped (under its lock) whenever what a scrape would show changes other than by a
+        #: fresh reading of a source that stays up: an analysis pass, a source going down, up,
+        #: to no data or back, new settings. The exposition renders at most once per value.
+        self.generation = 0
+        self._generation_lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.analysis_seconds = math.nan
@@ -208,6 +213,21 @@ class Sampler:
             raise
         for spec, source, interval, capacity in planned:
             self.states[spec.name] = SourceState(spec, source, interval, ColumnRing(capacity) if capacity else None)
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: Settings) -> None:
+        # A reload changes thresholds the collectors' expose functions read.
+        self._settings = settings
+        self.changed()
+
+    def changed(self) -> None:
+        """What the exposition shows has changed: a rendering made before is not served again."""
+        with self._generation_lock:
+            self.generation += 1
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -293,6 +313,7 @@ class Sampler:
             state.reads += 1
             state.timings.append((now - state.read_deadline, state.read_deadline, lag))
             hung = state.hung_reads
+        self.changed()
         self._log_causes(state, False, {TIMEOUT_CAUSE: f"a read has not returned within {state.read_deadline:g}s "
                                         f"({hung} read thread{'s' if hung > 1 else ''} blocked); its series are withdrawn"})
 
@@ -349,6 +370,7 @@ class Sampler:
             except Exception as e:
                 details["internal:columns"] = str(e)
         with state.lock:
+            served_before = (state.up, state.no_data, state.timed_out, state.latest is not None)
             state.reads += 1
             state.read_seconds += duration
             state.errors += len(details)
@@ -368,6 +390,11 @@ class Sampler:
                 state.taken_at = None
             had_no_data, state.no_data = state.no_data, no_data is not None
             state.up = reading is not None or no_data is not None
+            transition = served_before != (state.up, state.no_data, state.timed_out, state.latest is not None)
+        if transition:
+            # A source going down must not keep its series in a rendering made while it was up
+            # (nothing frozen is served), nor one coming back wait for the next pass.
+            self.changed()
         if reading is not None:
             for observe in self.observers:
                 try:
@@ -459,3 +486,4 @@ class Sampler:
                 self.analyses.pop(collector.name, None)
         self.analysis_seconds = time.monotonic() - started
         self.analysis_runs += 1
+        self.changed()

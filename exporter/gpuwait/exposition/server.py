@@ -23,9 +23,10 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
 
 from gpuwait import __version__
 from gpuwait.core.errors import ConfigError
@@ -334,16 +335,41 @@ def _refuse_plain_http(raw: socket.socket) -> None:
         pass
 
 
+Encoder = Callable[[Collector], bytes]
+
+
+class Exposition(Protocol):
+    def serve(self, encoder: Encoder, content_type: str, gzipped: bool) -> tuple[bytes, dict[str, str]]:
+        """One scrape in the format choose_encoder picked: (body, extra headers)."""
+
+
+class RenderEachScrape:
+    """Serves any prometheus-client collector (or registry), rendered afresh for every scrape."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+
+    def serve(self, encoder: Encoder, content_type: str, gzipped: bool) -> tuple[bytes, dict[str, str]]:
+        body = encoder(self.collector)
+        if gzipped:
+            return gzip.compress(body, compresslevel=1), {"Content-Encoding": "gzip"}
+        return body, {}
+
+
 def make_server(
     address: str,
     telemetry_path: str,
-    registry: CollectorRegistry,
+    exposition: Exposition | Collector,
     healthy: Callable[[], bool],
     ready: Callable[[], list[str]],
     web_config_file: str = "",
     max_connections: int = 64,
     max_requests: int = 40,
 ) -> ThreadingHTTPServer:
+    """``exposition`` serves the scrapes; a plain prometheus-client collector or registry is
+    rendered at each one."""
+    if not hasattr(exposition, "serve"):
+        exposition = RenderEachScrape(exposition)
     host, port = parse_listen_address(address)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     landing = _landing_page(telemetry_path).encode()
@@ -427,16 +453,13 @@ def make_server(
             # clients at once is what costs.
             try:
                 encoder, content_type = choose_encoder(self.headers.get("Accept"))
+                gzipped = "gzip" in (self.headers.get("Accept-Encoding") or "")
                 try:
-                    body = encoder(registry)
+                    body, headers = exposition.serve(encoder, content_type, gzipped)
                 except Exception:
                     log.exception("rendering metrics failed")
                     self._reply(500, "text/plain; charset=utf-8", b"internal error\n")
                     return
-                headers = {}
-                if "gzip" in (self.headers.get("Accept-Encoding") or ""):
-                    body = gzip.compress(body, compresslevel=1)
-                    headers["Content-Encoding"] = "gzip"
                 self._reply(200, content_type, body, headers)
             finally:
                 self.server.end_request()

@@ -4,8 +4,10 @@ exporter process it starts
 - appends the hash of every ``bcrypt.checkpw`` call to the file named by
   ``GPUWAIT_TEST_BCRYPT_LOG``, one a line, so a test sees which hash (and cost) a request
   was checked against and whether a check ran at all;
-- renders metrics ``GPUWAIT_TEST_RENDER_SECONDS`` more slowly, so a test can hold requests
-  in flight and see the ones beyond the limit shed.
+- answers every metrics request ``GPUWAIT_TEST_RENDER_SECONDS`` more slowly, so a test can
+  hold requests in flight and see the ones beyond the limit shed. The delay is taken once per
+  request, where the server picks the format, since a scrape served from a rendering made
+  before encodes little or nothing itself.
 """
 
 import os
@@ -32,10 +34,10 @@ if _delay:
 
     from prometheus_client import exposition
 
-    _real_generate_latest = exposition.generate_latest
+    _real_choose_encoder = exposition.choose_encoder
 
-    def generate_latest(*args, **kwargs):
+    def choose_encoder(*args, **kwargs):
         time.sleep(_delay)
-        return _real_generate_latest(*args, **kwargs)
+        return _real_choose_encoder(*args, **kwargs)
 
-    exposition.generate_latest = generate_latest
+    exposition.choose_encoder = choose_encoder
