@@ -68,3 +68,72 @@ def test_ring_view_is_a_copy():
     view = ring.view()
     ring.append(1.0, {"a": 2.0})
     assert view.times == [0.0] and view.column("a") == [1.0]
+
+
+# -- the steady counters a view answers from their ends -------------------------------------
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+from gpuwait.core.series import steady, total_increase  # noqa: E402
+
+#: A step of a counter: forward, a reset, a missing read, or the same value.
+_steps = st.one_of(st.floats(0, 1e6), st.just(-5.0), st.just(math.nan), st.just(0.0))
+#: A row: a time step (0 and negative ones are a clock that did not advance) and, per key,
+#: a counter step or the key's absence from the row.
+_rows = st.lists(st.tuples(st.sampled_from([0.1, 0.1, 0.1, 0.0, -0.05]),
+                           st.fixed_dictionaries({k: st.one_of(st.none(), _steps) for k in "abc"})),
+                 min_size=0, max_size=40)
+
+
+@given(capacity=st.integers(2, 9), rows=_rows, cut=st.floats(0, 1))
+def test_a_view_answers_each_counter_as_the_rows_would(capacity, rows, cut):
+    ring = ColumnRing(capacity)
+    t, values = 100.0, {k: 0.0 for k in "abc"}
+    for dt, steps in rows:
+        t += dt
+        row = {}
+        for key, step in steps.items():
+            if step is None:
+                continue
+            if step == step:
+                values[key] = max(0.0, values[key] + step) if step >= 0 else 0.0
+                row[key] = values[key]
+            else:
+                row[key] = math.nan
+        ring.append(t, row)
+    view = ring.view(since=t - cut)
+    for key in view.columns:
+        column = view.columns[key]
+        assert view.steady(key) == (len(view) >= 2 and steady(view.times, column))
+        assert view.increase(key) == total_increase(view.times, column)
+        assert view.increase(key, modulus=1e9) == total_increase(view.times, column, 1e9)
+
+
+def test_a_counter_that_went_back_is_steady_again_once_the_reset_leaves_the_window():
+    ring = ColumnRing(4)
+    for i, v in enumerate([5.0, 6.0, 1.0, 2.0, 3.0, 4.0]):
+        ring.append(100.0 + i, {"c": v})
+        # One row is no window; the reset (6 -> 1) is held from the third row to the fifth.
+        assert ring.view().steady("c") == (i in (1, 5))
+    assert ring.view().increase("c") == (3.0, 3.0)
+
+
+def test_a_view_of_plain_lists_computes_from_the_rows():
+    from gpuwait.core.ring import WindowView
+
+    view = WindowView([0.0, 1.0, 2.0], {"c": [0.0, 4.0, 1.0]})
+    assert not view.steady("c")
+    assert view.increase("c") == total_increase(view.times, view.columns["c"]) == (4.0, 1.0)
+    assert view.rate("c") == 4.0
+    assert view.increase("absent") is None
+
+
+def test_a_clock_that_stood_still_before_the_view_starts_leaves_it_steady():
+    ring = ColumnRing(8)
+    for t, v in [(100.0, 1.0), (100.0, 2.0), (101.0, 0.5), (102.0, 3.0), (103.0, 4.0)]:
+        ring.append(t, {"c": v})
+    assert not ring.view().steady("c")
+    # The pairs the view leaves out hold both the stalled clock and the reset.
+    view = ring.view(since=100.5)
+    assert view.times == [101.0, 102.0, 103.0]
+    assert view.steady("c") and view.increase("c") == (3.5, 2.0)

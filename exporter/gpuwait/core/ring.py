@@ -4,15 +4,22 @@ One timestamp row per sample and one float column per series key, in flat ``arra
 buffers: a 60 s window at 10 Hz for 192 cores is ~230k floats, which as Python objects in
 per-sample dicts would cost tens of megabytes. Missing values are NaN, so a series that
 appears or vanishes mid-window stays aligned with the others.
+
+The ring also keeps, per column, how many of its consecutive pairs of rows are not a counter
+moving forward (a value going back, or NaN on either side), updated on every append and
+eviction. Most counters are steady over a whole window, and for those a window's increase is
+last minus first: a view answers it without reading the rows between (``WindowView.increase``),
+so a pass over a 192-core window costs O(columns), not O(rows × columns).
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterator, Mapping
 from typing import NamedTuple
+
+from gpuwait.core.series import total_increase
 
 NAN = math.nan
 
@@ -27,21 +34,72 @@ class Column(NamedTuple):
     modulus: float | None = None
 
 
-@dataclass(frozen=True)
-class WindowView:
-    """A chronological copy of the ring, safe to analyse while sampling goes on."""
+class _Columns(Mapping):
+    """A view's columns: copied from the ring as arrays (a memcpy each), made lists only when
+    an analysis reads one, so a statistic that needs a column's ends alone costs no list."""
 
-    times: list[float]
-    columns: dict[Hashable, list[float]]
+    __slots__ = ("_arrays", "_lists")
+
+    def __init__(self, arrays: dict[Hashable, array]) -> None:
+        self._arrays = arrays
+        self._lists: dict[Hashable, list[float]] = {}
+
+    def __getitem__(self, key: Hashable) -> list[float]:
+        got = self._lists.get(key)
+        if got is None:
+            got = self._lists[key] = self._arrays[key].tolist()
+        return got
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._arrays
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+
+class WindowView:
+    """A chronological copy of the ring, safe to analyse while sampling goes on.
+
+    ``steady`` maps the columns that are counters read throughout the view and never going
+    back, over strictly increasing times, to their first and last values; a view built from
+    plain lists has none and computes every statistic from the rows.
+    """
+
+    __slots__ = ("times", "columns", "_steady")
+
+    def __init__(self, times: list[float], columns: Mapping[Hashable, list[float]],
+                 steady: Mapping[Hashable, tuple[float, float]] | None = None) -> None:
+        self.times = times
+        self.columns = columns
+        self._steady = steady or {}
 
     def __len__(self) -> int:
         return len(self.times)
 
     def column(self, key: Hashable) -> list[float]:
-        return self.columns.get(key, [NAN] * len(self.times))
+        return self.columns[key] if key in self.columns else [NAN] * len(self.times)
 
     def series(self, key: Hashable, modulus: float | None = None) -> Column:
         return Column(self.times, self.column(key), modulus)
+
+    def steady(self, key: Hashable) -> bool:
+        """Whether the column is a counter read at every row that never went back."""
+        return key in self._steady
+
+    def increase(self, key: Hashable, modulus: float | None = None) -> tuple[float, float] | None:
+        """``series.total_increase`` of the column: (increase, seconds covered), or None."""
+        ends = self._steady.get(key)
+        if ends is not None:
+            return ends[1] - ends[0], self.times[-1] - self.times[0]
+        return total_increase(self.times, self.column(key), modulus)
+
+    def rate(self, key: Hashable, modulus: float | None = None) -> float | None:
+        """``series.window_rate`` of the column: mean per-second increase over the window."""
+        covered = self.increase(key, modulus)
+        return covered[0] / covered[1] if covered else None
 
 
 class ColumnRing:
@@ -51,6 +109,11 @@ class ColumnRing:
         self.capacity = capacity
         self._times = array("d", [NAN]) * capacity
         self._columns: dict[Hashable, array] = {}
+        #: Per column, the consecutive pairs of held rows that are not a step forward
+        #: (``not prev <= cur``, which NaN on either side fails too).
+        self._breaks: dict[Hashable, int] = {}
+        #: Consecutive pairs of held rows whose times do not increase.
+        self._time_breaks = 0
         self._head = 0  # next row to write
         self._count = 0
 
@@ -58,16 +121,36 @@ class ColumnRing:
         return self._count
 
     def append(self, t: float, values: Mapping[Hashable, float]) -> None:
-        row = self._head
-        self._times[row] = t
-        for key, column in self._columns.items():
-            column[row] = values.get(key, NAN)
+        row, count, capacity = self._head, self._count, self.capacity
+        times, breaks = self._times, self._breaks
+        prev = row - 1 if row else capacity - 1
+        if count == capacity:
+            # The oldest row is overwritten: the pair it forms with the next leaves the window.
+            oldest_next = row + 1 if row + 1 < capacity else 0
+            if not times[row] < times[oldest_next]:
+                self._time_breaks -= 1
+            for key, column in self._columns.items():
+                if not column[row] <= column[oldest_next]:
+                    breaks[key] -= 1
+        times[row] = t
+        if count:
+            if not times[prev] < t:
+                self._time_breaks += 1
+            for key, column in self._columns.items():
+                column[row] = value = values.get(key, NAN)
+                if not column[prev] <= value:
+                    breaks[key] += 1
+        else:
+            for key, column in self._columns.items():
+                column[row] = values.get(key, NAN)
+        held = min(count + 1, capacity)
         for key in values.keys() - self._columns.keys():
-            column = array("d", [NAN]) * self.capacity
+            column = array("d", [NAN]) * capacity
             column[row] = values[key]
             self._columns[key] = column
-        self._head = (row + 1) % self.capacity
-        self._count = min(self._count + 1, self.capacity)
+            breaks[key] = held - 1  # every earlier row of a new column is NaN
+        self._head = row + 1 if row + 1 < capacity else 0
+        self._count = held
         if self._head == 0:
             self._drop_empty_columns()
 
@@ -75,26 +158,46 @@ class ColumnRing:
         # Once per lap: a device that vanished a full window ago no longer costs memory.
         for key in [k for k, c in self._columns.items() if all(v != v for v in c)]:
             del self._columns[key]
+            del self._breaks[key]
 
     def view(self, since: float | None = None) -> WindowView:
         # Rows older than ``since`` are cut before anything is copied: each column is copied
         # once, straight from its buffer, in at most two slices.
         count, head, capacity = self._count, self._head, self.capacity
         first = head if count == capacity else 0  # buffer position of the oldest row
-        times = self._chronological(self._times, first, 0)
+        times = self._chronological(self._times, first, 0).tolist()
         start = 0
         if since is not None:
             start = next((i for i, t in enumerate(times) if t >= since), len(times))
             if start:
                 times = times[start:]
-        columns = {key: self._chronological(column, first, start) for key, column in self._columns.items()}
-        return WindowView(times, columns)
+        arrays = {key: self._chronological(column, first, start) for key, column in self._columns.items()}
+        steady: dict[Hashable, tuple[float, float]] = {}
+        if len(times) >= 2 and self._time_breaks == self._cut_time_breaks(first, start):
+            for key, column in arrays.items():
+                breaks = self._breaks[key]
+                if breaks and start:
+                    breaks -= self._cut_breaks(self._columns[key], first, start)
+                if not breaks:
+                    steady[key] = (column[0], column[-1])
+        return WindowView(times, _Columns(arrays), steady)
 
-    def _chronological(self, buffer: array, first: int, skip: int) -> list[float]:
-        """Rows ``skip`` onwards, oldest first, as a list."""
+    def _cut_breaks(self, buffer: array, first: int, start: int) -> int:
+        """Breaks among the pairs of the ``start`` oldest rows and their successors, which a
+        view from row ``start`` leaves out."""
+        capacity = self.capacity
+        return sum(1 for i in range(start)
+                   if not buffer[(first + i) % capacity] <= buffer[(first + i + 1) % capacity])
+
+    def _cut_time_breaks(self, first: int, start: int) -> int:
+        times, capacity = self._times, self.capacity
+        return sum(1 for i in range(start) if not times[(first + i) % capacity] < times[(first + i + 1) % capacity])
+
+    def _chronological(self, buffer: array, first: int, skip: int) -> array:
+        """Rows ``skip`` onwards, oldest first."""
         count = self._count - skip
         begin = (first + skip) % self.capacity
         end = begin + count
         if end <= self.capacity:
-            return buffer[begin:end].tolist()
-        return buffer[begin:].tolist() + buffer[: end - self.capacity].tolist()
+            return buffer[begin:end]
+        return buffer[begin:] + buffer[: end - self.capacity]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from gpuwait.collectors.cpu.payload import CpuData
 from gpuwait.core.config import Option, Settings, parse_fraction
 from gpuwait.core.ring import Column, WindowView
-from gpuwait.core.series import maximum, mean, total_increase
+from gpuwait.core.series import maximum, mean
 
 #: Time a core is not available to new work. iowait is idle time with IO outstanding, so not busy;
 #: steal is time the hypervisor gave away, which a data loader cannot use either.
@@ -58,8 +58,8 @@ def cores(view: WindowView) -> list[str]:
 
 
 def busy_ratio(view: WindowView, cpu: str) -> float | None:
-    busy = total_increase(view.times, view.column((_BUSY, cpu)))
-    total = total_increase(view.times, view.column((_TOTAL, cpu)))
+    busy = view.increase((_BUSY, cpu))
+    total = view.increase((_TOTAL, cpu))
     if busy is None or total is None or total[0] <= 0:
         return None
     return min(1.0, max(0.0, busy[0] / total[0]))

@@ -16,7 +16,7 @@ from gpuwait.collectors.diskstats.parse import TIME_FIELD_MODULUS_SECONDS as TIM
 from gpuwait.collectors.diskstats.payload import Diskstats
 from gpuwait.core.config import Settings
 from gpuwait.core.ring import Column, WindowView
-from gpuwait.core.series import clamp_ratio, increase, interval_rates, maximum, steady, window_rate
+from gpuwait.core.series import clamp_ratio, increase, interval_rates, maximum, steady
 
 # Column keys are (kind, device).
 _READS, _WRITES, _READ_BYTES, _WRITE_BYTES = "reads", "writes", "read_bytes", "write_bytes"
@@ -100,25 +100,30 @@ def paired_quotient(
 def summarize_device(view: WindowView, device: str) -> DeviceWindowStats:
     t = view.times
 
-    def col(kind: str) -> list[float]:
-        return view.column((kind, device))
+    def rate(kind: str, modulus: float | None = None) -> float | None:
+        return view.rate((kind, device), modulus)
 
-    reads, writes = col(_READS), col(_WRITES)
-    read_bytes, write_bytes = col(_READ_BYTES), col(_WRITE_BYTES)
-    weighted = col(_WEIGHTED)
+    def quotient(numerator: str, denominator: str, modulus: float | None = None) -> float | None:
+        num, den = (numerator, device), (denominator, device)
+        if view.steady(num) and view.steady(den):
+            # Both counters steady over the view: the ratio of their increases, from their ends.
+            (dn, _), (dd, _) = view.increase(num), view.increase(den)
+            return dn / dd if dd > 0 else None
+        return paired_quotient(t, view.column(num), view.column(den), modulus)
+
     return DeviceWindowStats(
-        queue_depth_mean=window_rate(t, weighted, TIME_MODULUS),
-        queue_depth_max=maximum(interval_rates(t, weighted, TIME_MODULUS)),
-        in_flight_max=maximum(col(_IO_NOW)),
-        read_await_seconds=paired_quotient(t, col(_READ_TIME), reads, TIME_MODULUS),
-        write_await_seconds=paired_quotient(t, col(_WRITE_TIME), writes, TIME_MODULUS),
-        reads_per_second=window_rate(t, reads),
-        writes_per_second=window_rate(t, writes),
-        read_bytes_per_second=window_rate(t, read_bytes),
-        write_bytes_per_second=window_rate(t, write_bytes),
-        read_request_size_bytes=paired_quotient(t, read_bytes, reads),
-        write_request_size_bytes=paired_quotient(t, write_bytes, writes),
-        utilization_ratio=clamp_ratio(window_rate(t, col(_IO_TIME), TIME_MODULUS)),
+        queue_depth_mean=rate(_WEIGHTED, TIME_MODULUS),
+        queue_depth_max=maximum(interval_rates(t, view.column((_WEIGHTED, device)), TIME_MODULUS)),
+        in_flight_max=maximum(view.column((_IO_NOW, device))),
+        read_await_seconds=quotient(_READ_TIME, _READS, TIME_MODULUS),
+        write_await_seconds=quotient(_WRITE_TIME, _WRITES, TIME_MODULUS),
+        reads_per_second=rate(_READS),
+        writes_per_second=rate(_WRITES),
+        read_bytes_per_second=rate(_READ_BYTES),
+        write_bytes_per_second=rate(_WRITE_BYTES),
+        read_request_size_bytes=quotient(_READ_BYTES, _READS),
+        write_request_size_bytes=quotient(_WRITE_BYTES, _WRITES),
+        utilization_ratio=clamp_ratio(rate(_IO_TIME, TIME_MODULUS)),
     )
 
 
