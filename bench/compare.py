@@ -166,7 +166,9 @@ def self_costs(text: str) -> dict:
 
 def exporters(tree: pathlib.Path) -> list[Exporter]:
     paths = [f"--path.procfs={tree / 'proc'}", f"--path.sysfs={tree / 'sys'}"]
-    env = {"PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "support" / "nvml_double"), os.environ.get("PYTHONPATH", "")]),
+    # The exporter of this checkout, whatever copy of gpuwait is installed.
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO / "exporter"), str(REPO / "tests" / "support" / "nvml_double"),
+                                          os.environ.get("PYTHONPATH", "")]),
            "GPUWAIT_NVML_DOUBLE": str(tree / "gpus.yaml")}
     out = []
     for name, extra in (("gpuwait", []), ("gpuwait-host", ["--no-collector.gpu"])):
