@@ -137,3 +137,24 @@ def test_a_clock_that_stood_still_before_the_view_starts_leaves_it_steady():
     view = ring.view(since=100.5)
     assert view.times == [101.0, 102.0, 103.0]
     assert view.steady("c") and view.increase("c") == (3.5, 2.0)
+
+
+def test_views_number_their_rows_for_the_ring_s_life_and_share_its_memo():
+    ring = ColumnRing(3)
+    for i in range(5):
+        ring.append(100.0 + i, {"c": float(i)})
+    view = ring.view(since=103.0)
+    assert view.times == [103.0, 104.0] and view.first_row == 3
+    memo = view.interval_memo("m")
+    memo.update({1: "gone", 2: "gone", 3: "kept"})
+    ring.append(105.0, {"c": 5.0})
+    later = ring.view()
+    assert later.first_row == 3
+    # The memo is the ring's, and forgets the intervals whose first row the ring no longer holds.
+    assert later.interval_memo("m") == {3: "kept"}
+
+
+def test_a_view_of_plain_lists_has_no_memo():
+    from gpuwait.core.ring import WindowView
+
+    assert WindowView([0.0, 1.0], {"c": [0.0, 1.0]}).interval_memo("m") is None

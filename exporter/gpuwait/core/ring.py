@@ -10,6 +10,11 @@ moving forward (a value going back, or NaN on either side), updated on every app
 eviction. Most counters are steady over a whole window, and for those a window's increase is
 last minus first: a view answers it without reading the rows between (``WindowView.increase``),
 so a pass over a 192-core window costs O(columns), not O(rows × columns).
+
+Rows never change once written, so what an analysis computes from a pair of consecutive rows
+stays true while both are held: a view numbers its rows for the ring's life (``first_row``)
+and lends the analyses a memo of per-interval results (``interval_memo``), so that each pass
+computes only the intervals that are new since the last.
 """
 
 from __future__ import annotations
@@ -68,13 +73,17 @@ class WindowView:
     plain lists has none and computes every statistic from the rows.
     """
 
-    __slots__ = ("times", "columns", "_steady")
+    __slots__ = ("times", "columns", "first_row", "_steady", "_memo")
 
     def __init__(self, times: list[float], columns: Mapping[Hashable, list[float]],
-                 steady: Mapping[Hashable, tuple[float, float]] | None = None) -> None:
+                 steady: Mapping[Hashable, tuple[float, float]] | None = None,
+                 first_row: int = 0, memo: dict[Hashable, dict[int, object]] | None = None) -> None:
         self.times = times
         self.columns = columns
+        #: The number of the view's first row among every row its ring was ever given.
+        self.first_row = first_row
         self._steady = steady or {}
+        self._memo = memo
 
     def __len__(self) -> int:
         return len(self.times)
@@ -96,10 +105,34 @@ class WindowView:
             return ends[1] - ends[0], self.times[-1] - self.times[0]
         return total_increase(self.times, self.column(key), modulus)
 
+    def interval_memo(self, name: Hashable) -> dict[int, object] | None:
+        """The ring's memo ``name``: results per interval, keyed by the number of the
+        interval's first row (``first_row + j`` for the interval from row j to row j + 1),
+        for the intervals still held; None for a view not taken from a ring. Only the analysis
+        thread may use it."""
+        memo = self._memo
+        if memo is None:
+            return None
+        table = memo.get(name)
+        if table is None:
+            if len(memo) >= MAX_MEMOS:
+                memo.clear()  # names that carry a threshold: a reload must not pile them up
+            table = memo[name] = {}
+        elif table and next(iter(table)) < self.first_row:
+            # Keys go in in ascending order, so the first is the oldest.
+            kept = {k: v for k, v in table.items() if k >= self.first_row}
+            table.clear()
+            table.update(kept)
+        return table
+
     def rate(self, key: Hashable, modulus: float | None = None) -> float | None:
         """``series.window_rate`` of the column: mean per-second increase over the window."""
         covered = self.increase(key, modulus)
         return covered[0] / covered[1] if covered else None
+
+
+#: Memos a ring lends its views before it forgets them all.
+MAX_MEMOS = 16
 
 
 class ColumnRing:
@@ -116,6 +149,8 @@ class ColumnRing:
         self._time_breaks = 0
         self._head = 0  # next row to write
         self._count = 0
+        self._appended = 0  # rows ever written
+        self._memo: dict[Hashable, dict[int, object]] = {}
 
     def __len__(self) -> int:
         return self._count
@@ -151,6 +186,7 @@ class ColumnRing:
             breaks[key] = held - 1  # every earlier row of a new column is NaN
         self._head = row + 1 if row + 1 < capacity else 0
         self._count = held
+        self._appended += 1
         if self._head == 0:
             self._drop_empty_columns()
 
@@ -180,7 +216,7 @@ class ColumnRing:
                     breaks -= self._cut_breaks(self._columns[key], first, start)
                 if not breaks:
                     steady[key] = (column[0], column[-1])
-        return WindowView(times, _Columns(arrays), steady)
+        return WindowView(times, _Columns(arrays), steady, self._appended - count + start, self._memo)
 
     def _cut_breaks(self, buffer: array, first: int, start: int) -> int:
         """Breaks among the pairs of the ``start`` oldest rows and their successors, which a

@@ -19,7 +19,7 @@ from gpuwait.core.config import Settings
 from gpuwait.core.errors import ParseError, SourceError
 from gpuwait.core.plugin import Snapshot
 from gpuwait.core.reading import Reading
-from gpuwait.core.ring import ColumnRing
+from gpuwait.core.ring import ColumnRing, WindowView
 from gpuwait.core.source import HostPaths
 from gpuwait.exposition.prometheus import FamilyBuilder
 
@@ -173,6 +173,25 @@ def test_saturated_cores_per_interval_for_the_verdict():
     counts = window.saturated_cores(_ring(samples), 0.9)
     assert counts.times == pytest.approx([0.0, 0.1, 0.2])
     assert counts.values == [0.0, 1.0, 0.0]
+
+
+
+@given(busy=st.lists(st.lists(st.sampled_from([0.0, 0.05, 0.09, 0.1]), min_size=3, max_size=3), min_size=2, max_size=30),
+       capacity=st.integers(2, 8))
+def test_saturated_cores_counted_pass_by_pass_as_from_scratch(busy, capacity):
+    # Each pass counts only its new intervals and reuses the ring's memo for the others; a
+    # copy of the same view without a ring computes every interval.
+    ring = ColumnRing(capacity)
+    totals = {c: [0.0, 0.0] for c in "012"}
+    for i, shares in enumerate(busy):
+        for c, share in zip("012", shares):
+            totals[c][0] += share
+            totals[c][1] += 0.1 - share
+        ring.append(i * 0.1, window.columns(CpuData({c: _core(*totals[c]) for c in "012"}, None, 0)))
+        view = ring.view()
+        plain = WindowView(view.times, {k: view.columns[k] for k in view.columns})
+        for level in (0.5, 0.9):
+            assert window.saturated_cores(view, level) == window.saturated_cores(plain, level)
 
 
 # -- exposition ------------------------------------------------------------------------------

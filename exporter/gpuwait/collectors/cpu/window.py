@@ -94,18 +94,22 @@ def saturated_cores(view: WindowView, level: float) -> Column:
     """How many cores were busy at least ``level`` of each sampling interval; each count is
     stamped with the time its interval starts."""
     keys = [k[1] for k in view.columns if isinstance(k, tuple) and k[0] == _BUSY]
-    busy_cols = [view.columns[(_BUSY, c)] for c in keys]
-    total_cols = [view.columns.get((_TOTAL, c)) for c in keys]
+    pairs = [(view.columns[(_BUSY, c)], view.columns[(_TOTAL, c)]) for c in keys if (_TOTAL, c) in view.columns]
+    # An interval's count depends on its two rows alone: each pass counts only the new ones.
+    memo = view.interval_memo(("saturated_cores", level))
+    first = view.first_row
     counts: list[float] = []
     for j in range(len(view.times) - 1):
-        count = 0
-        for b, t in zip(busy_cols, total_cols):
-            if t is None:
-                continue
-            dt = t[j + 1] - t[j]
-            if dt > 0 and (b[j + 1] - b[j]) >= level * dt:
-                count += 1
-        counts.append(float(count))
+        count = memo.get(first + j) if memo is not None else None
+        if count is None:
+            count = 0.0
+            for b, t in pairs:
+                dt = t[j + 1] - t[j]
+                if dt > 0 and (b[j + 1] - b[j]) >= level * dt:
+                    count += 1
+            if memo is not None:
+                memo[first + j] = count
+        counts.append(count)
     return Column(view.times[:-1], counts)
 
 
