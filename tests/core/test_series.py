@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, strategies as st
 
 from gpuwait.core.series import (
     burstiness,
@@ -80,3 +81,40 @@ def test_burstiness_known_answers():
     assert burstiness([0.0, 0.0]) == 0.0
     assert burstiness([1.0]) is None
     assert burstiness([1.0, NAN]) is None
+
+
+def _rates_pair_by_pair(times, values, modulus=None):
+    rates, prev = [], None
+    for t, v in zip(times, values):
+        if v != v:
+            continue
+        if prev is not None and t > prev[0]:
+            d = increase(prev[1], v, modulus)
+            if d is not None:
+                rates.append(d / (t - prev[0]))
+        prev = (t, v)
+    return rates
+
+
+@given(steps=st.lists(st.tuples(st.sampled_from([0.1, 0.0, 0.25]),
+                                st.one_of(st.floats(0, 1e9), st.just(-3.0), st.just(math.nan))), max_size=30))
+def test_interval_rates_are_each_pair_s_quotient_steady_or_not(steps):
+    times, values, t, v = [], [], 0.0, 0.0
+    for dt, step in steps:
+        t += dt
+        v = step if step != step else (max(0.0, v + step) if step >= 0 else 1.0)
+        times.append(t)
+        values.append(v)
+    assert interval_rates(times, values) == _rates_pair_by_pair(times, values)
+    assert interval_rates(times, values, 2.0**32) == _rates_pair_by_pair(times, values, 2.0**32)
+
+
+@given(rates=st.lists(st.one_of(st.floats(0, 1e12), st.just(math.nan)), max_size=40))
+def test_burstiness_is_the_coefficient_of_variation(rates):
+    vals = [r for r in rates if r == r]
+    got = burstiness(rates)
+    if len(vals) < 2:
+        assert got is None
+        return
+    avg = math.fsum(vals) / len(vals)
+    assert got == (0.0 if avg <= 0 else math.sqrt(math.fsum((v - avg) ** 2 for v in vals) / len(vals)) / avg)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from itertools import islice
+from itertools import islice, repeat
 
 
 def increase(prev: float, cur: float, modulus: float | None = None) -> float | None:
@@ -128,7 +128,8 @@ def burstiness(rates: Sequence[float]) -> float | None:
     avg = math.fsum(vals) / len(vals)
     if avg <= 0:
         return 0.0
-    var = math.fsum((v - avg) ** 2 for v in vals) / len(vals)
+    deviations = list(map(operator.sub, vals, repeat(avg)))
+    var = math.fsum(map(operator.mul, deviations, deviations)) / len(vals)
     return math.sqrt(var) / avg
 
 
