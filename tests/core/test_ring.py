@@ -158,3 +158,19 @@ def test_a_view_of_plain_lists_has_no_memo():
     from gpuwait.core.ring import WindowView
 
     assert WindowView([0.0, 1.0], {"c": [0.0, 1.0]}).interval_memo("m") is None
+
+
+def test_a_view_hands_out_a_column_as_stored_or_as_a_list_with_the_same_values():
+    from array import array
+
+    from gpuwait.core.ring import WindowView
+
+    ring = ColumnRing(4)
+    for i in range(6):
+        ring.append(float(i), {"c": float(i * i)})
+    view = ring.view()
+    assert isinstance(view.values("c"), array) and list(view.values("c")) == view.columns["c"] == [4.0, 9.0, 16.0, 25.0]
+    absent = view.values("absent")
+    assert len(absent) == 4 and all(v != v for v in absent)
+    plain = WindowView([0.0, 1.0], {"c": [1.0, 2.0]})
+    assert plain.values("c") == [1.0, 2.0]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from gpuwait.core.series import total_increase
@@ -48,6 +48,10 @@ class _Columns(Mapping):
     def __init__(self, arrays: dict[Hashable, array]) -> None:
         self._arrays = arrays
         self._lists: dict[Hashable, list[float]] = {}
+
+    def stored(self, key: Hashable) -> array:
+        """The column as copied, without making it a list."""
+        return self._arrays[key]
 
     def __getitem__(self, key: Hashable) -> list[float]:
         got = self._lists.get(key)
@@ -94,6 +98,15 @@ class WindowView:
     def series(self, key: Hashable, modulus: float | None = None) -> Column:
         return Column(self.times, self.column(key), modulus)
 
+    def values(self, key: Hashable) -> Sequence[float]:
+        """The column for reading by index or in one pass: for a view of a ring, its copy as an
+        array, which costs no float object per value until one is read (a list of a 601-row
+        column of floats holds 601 of them, four times the array's memory)."""
+        columns = self.columns
+        if isinstance(columns, _Columns) and key in columns:
+            return columns.stored(key)
+        return self.column(key)
+
     def steady(self, key: Hashable) -> bool:
         """Whether the column is a counter read at every row that never went back."""
         return key in self._steady
@@ -103,7 +116,7 @@ class WindowView:
         ends = self._steady.get(key)
         if ends is not None:
             return ends[1] - ends[0], self.times[-1] - self.times[0]
-        return total_increase(self.times, self.column(key), modulus)
+        return total_increase(self.times, self.values(key), modulus)
 
     def interval_memo(self, name: Hashable) -> dict[int, object] | None:
         """The ring's memo ``name``: results per interval, keyed by the number of the

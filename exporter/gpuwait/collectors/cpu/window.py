@@ -94,7 +94,7 @@ def saturated_cores(view: WindowView, level: float) -> Column:
     """How many cores were busy at least ``level`` of each sampling interval; each count is
     stamped with the time its interval starts."""
     keys = [k[1] for k in view.columns if isinstance(k, tuple) and k[0] == _BUSY]
-    pairs = [(view.columns[(_BUSY, c)], view.columns[(_TOTAL, c)]) for c in keys if (_TOTAL, c) in view.columns]
+    pairs = [(view.values((_BUSY, c)), view.values((_TOTAL, c))) for c in keys if (_TOTAL, c) in view.columns]
     # An interval's count depends on its two rows alone: each pass counts only the new ones.
     memo = view.interval_memo(("saturated_cores", level))
     first = view.first_row
