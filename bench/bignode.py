@@ -43,9 +43,10 @@ def proc_stat(cores: int, tick: int) -> str:
     lines = []
     total = [0] * 10
     for n in range(cores):
-        # Cores busy in turn, 20..80 %, so window statistics have something to summarise.
-        busy = 2 + (n + tick) % 7
-        row = [100_000 + n * 13 + tick * busy, 500, 20_000 + tick, 900_000 + tick * (10 - busy), 3_000 + tick % 5, 0,
+        # Cores busy in turn, 20..80 % of each tick's 10 jiffies, so window statistics have
+        # something to summarise; the counters only ever grow, as the kernel's do.
+        busy = _busy_jiffies(n, tick)
+        row = [100_000 + n * 13 + busy, 500, 20_000 + tick, 900_000 + 10 * tick - busy, 3_000 + tick // 5, 0,
                800 + tick // 10, 0, 0, 0]
         total = [a + b for a, b in zip(total, row)]
         lines.append(f"cpu{n} " + " ".join(map(str, row)))
@@ -54,6 +55,12 @@ def proc_stat(cores: int, tick: int) -> str:
             f"processes {2_000_000 + tick}", f"procs_running {3 + tick % 9}", f"procs_blocked {tick % 3}",
             f"softirq {900_000 + tick * 700} 0 0 0 0 0 0 0 0 0 0"]
     return "\n".join([head, *lines, *tail]) + "\n"
+
+
+def _busy_jiffies(core: int, tick: int) -> int:
+    """User jiffies of ``core`` up to ``tick``: 2 + (core + k) % 7 in tick k, summed."""
+    cycles, rest = divmod(tick, 7)
+    return 2 * tick + 21 * cycles + sum((core + k) % 7 for k in range(1, rest + 1))
 
 
 def diskstats(disks: int, tick: int) -> str:
