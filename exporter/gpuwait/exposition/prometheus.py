@@ -206,6 +206,9 @@ class GpuwaitCollector(Collector):
             generation = self.sampler.generation
             rendering = self._rendering
             if rendering is None or rendering.generation != generation:
+                # The old rendering let go first, so that its families and bytes are not held
+                # beside the new ones while those are built (a scrape still serving it keeps it).
+                self._rendering = rendering = None
                 rendering = self._rendering = self.render(generation)
             return rendering
 
