@@ -117,4 +117,5 @@ def test_burstiness_is_the_coefficient_of_variation(rates):
         assert got is None
         return
     avg = math.fsum(vals) / len(vals)
-    assert got == (0.0 if avg <= 0 else math.sqrt(math.fsum((v - avg) ** 2 for v in vals) / len(vals)) / avg)
+    assert got == pytest.approx(0.0 if avg <= 0 else math.sqrt(math.fsum((v - avg) ** 2 for v in vals) / len(vals)) / avg,
+                                rel=1e-12, abs=1e-300)
