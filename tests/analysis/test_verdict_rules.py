@@ -244,3 +244,36 @@ def test_tiny_kernels_leave_a_resident_share_of_their_idle_time(settings):
     assert act.resident[25:] == pytest.approx([0.4] * 25)
     # Above the floor nothing is resident idle: busy SMs are compute (or a footprint).
     assert not any(_gpm(settings, [0.82] * 50, [0.5] * 50).resident)
+
+
+def _owner_scope(settings, blocked, read_bytes):
+    from gpuwait.analysis.verdict import _OwnerScope
+
+    times = [float(t) for t in range(0, 60, 5)]
+    columns = {("owner_cpu", "pod:a"): [2.0 * t for t in times], ("owner_running", "pod:a"): [2.0] * len(times),
+               ("owner_blocked", "pod:a"): list(blocked)}
+    if read_bytes is not None:
+        columns[("owner_read_bytes", "pod:a")] = list(read_bytes)
+    grid = Grid(times, 0.5)
+    inputs = AnalysisInputs({"gpu_device": WindowView(times, columns)}, {}, {}, times[-1])
+    return _OwnerScope(inputs, grid, settings)
+
+
+def test_an_owner_whose_reads_escape_every_snapshot_is_still_the_reader(settings):
+    # Never caught in D state at a 5 s snapshot, but reading 40 MB/s from block devices:
+    # the counter sees what the snapshots missed.
+    host = [True] * 12
+    scope = _owner_scope(settings, [0.0] * 12, [40e6 * 5 * i for i in range(12)])
+    assert _Owned.of(scope, "pod:a").scoped(host) == [DIRECT] * 12
+    # A process of the owner exiting takes its bytes out of the sum: a drop, not a rate.
+    dropped = [40e6 * 5 * i for i in range(6)] + [40e6 * 5 * i - 1e9 for i in range(6, 12)]
+    assert _Owned.of(_owner_scope(settings, [0.0] * 12, dropped), "pod:a").scoped(host) == [DIRECT] * 12
+
+
+def test_an_owner_that_reads_nothing_from_disk_is_not_delayed_by_another_tenants_stall(settings):
+    host = [True] * 12
+    # Its reads come from the page cache (or it reads a little config now and then).
+    for reads in ([7e9] * 12, [7e9 + 1000.0 * i for i in range(12)], None):
+        assert _Owned.of(_owner_scope(settings, [0.0] * 12, reads), "pod:a").scoped(host) == [0.0] * 12
+    # Seen blocked at one snapshot: its own reads wait, whatever the counter says.
+    assert _Owned.of(_owner_scope(settings, [0.0] * 11 + [3.0], None), "pod:a").scoped(host) == [DIRECT] * 12

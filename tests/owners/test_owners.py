@@ -28,6 +28,7 @@ from gpuwait.owners.tracker import (
 from gpuwait.owners.procpid import (
     PidStat,
     parse_children,
+    parse_io_read_bytes,
     parse_pid_stat,
     parse_ppid,
     parse_task_state,
@@ -555,3 +556,44 @@ def test_pid_stat(text):
 def test_pid_status_fields(text):
     for fn in (procpid.parse_task_state, procpid.parse_ppid, procpid.parse_children, procpid.parse_uptime):
         only_parse_errors(fn, text)
+
+
+IO_TEXT = ("rchar: 88000000\nwchar: 1200\nsyscr: 900\nsyscw: 12\nread_bytes: {}\nwrite_bytes: 4096\n"
+           "cancelled_write_bytes: 0\n")
+
+
+def test_an_owners_storage_reads_are_summed_over_its_processes(tree, monkeypatch):
+    for pid, read in ((700, 5_000_000), (701, 250_000), (702, None)):
+        tree.add(pid)
+        if read is not None:
+            (tree.root / str(pid) / "io").write_text(IO_TEXT.format(read))
+    report = owner_activity(tree.paths, [700, 701, 702])
+    # 702's kernel offers no io file (no task IO accounting): it counts, without its reads.
+    assert report.errors == ()
+    (owner,) = report.owners.values()
+    assert owner.processes == 3 and owner.read_bytes == 5_250_000.0
+    real_open = os.open
+
+    def deny_io_of_700(path, *args, **kwargs):
+        if path == os.path.join(tree.paths.procfs, "700", "io"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, *args, **kwargs)
+
+    # Another user's process: its io file needs ptrace rights, its stat does not.
+    monkeypatch.setattr(owners.os, "open", deny_io_of_700)
+    report = owner_activity(tree.paths, [700, 701, 702])
+    assert report.errors == (f"permission:{tree.paths.procfs}/<pid>/io",)
+    (owner,) = report.owners.values()
+    assert owner.processes == 3 and owner.read_bytes == 250_000.0
+
+
+def test_an_io_file_without_read_bytes_is_a_parse_cause_and_the_process_still_counts(tree):
+    tree.add(700)
+    (tree.root / "700" / "io").write_text("rchar: 1\n")
+    report = owner_activity(tree.paths, [700])
+    assert report.errors == (f"parse:{tree.paths.procfs}/<pid>/io",)
+    (owner,) = report.owners.values()
+    assert owner.processes == 1 and owner.read_bytes is None
+    with pytest.raises(ParseError):
+        parse_io_read_bytes("read_bytes: -3\n")
+    assert parse_io_read_bytes(IO_TEXT.format(123)) == 123

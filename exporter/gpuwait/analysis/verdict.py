@@ -31,7 +31,7 @@ from gpuwait.analysis.evidence.data_pipeline import DataPipeline
 from gpuwait.analysis.evidence.data_pipeline import throttled as cpu_throttled
 from gpuwait.analysis.evidence.host_transfer import host_transfer
 from gpuwait.analysis.evidence.network import LinkAlignment, Network
-from gpuwait.analysis.evidence.storage import storage
+from gpuwait.analysis.evidence.storage import OWNER_READ_BYTES, storage
 from gpuwait.analysis.evidence.sync import sync
 from gpuwait.analysis.evidence.throttled import throttled
 from gpuwait.analysis.stall import collective_stalled, stall_start
@@ -41,6 +41,7 @@ from gpuwait.collectors.gpu.payload import GpuDevice
 from gpuwait.core.config import MIN_INTERVAL, Option, Settings, parse_duration, parse_fraction, parse_positive
 from gpuwait.core.facts import EVIDENCE_ORDER
 from gpuwait.core.plugin import AnalysisInputs
+from gpuwait.core.series import window_rate
 
 INTERVAL = Option("verdict.interval", parse_duration, 2.0,
                   "How often the verdict is recomputed over the window (it is the costliest analysis; the window statistics of each source are refreshed every analysis.interval).",
@@ -291,6 +292,7 @@ class _OwnerScope:
         self.view = inputs.views.get("gpu_device")
         self.grid = grid
         self.slow = settings.slow_interval
+        self.min_read_rate = settings[OWNER_READ_BYTES]
 
 
 @dataclass
@@ -317,7 +319,15 @@ class _Owned:
         # A read of the D-state threads is a snapshot every slow interval, and a periodic wait
         # can fall between snapshots for a while: an owner seen waiting on IO at any read of
         # the window is one whose threads wait for reads; one never seen so is not.
+        # The snapshots can also all fall outside a short read phase that recurs every step
+        # (one of 0.2 s in each 0.6 s step escapes six reads 5 s apart about once in four
+        # windows, by aliasing). The bytes the owner's processes read from block devices are
+        # a counter, which no read phase escapes: an owner reading from them at a data
+        # pipeline's rate is one whose reads the host's storage stall delays.
         seen = any(b == b and b >= 1 for b in series.blocked.values)
+        if not seen:
+            read_rate = window_rate(series.read_bytes.times, series.read_bytes.values)
+            seen = read_rate is not None and read_rate >= scope.min_read_rate
         blocked = [seen] * n
         return cls(True, cores, runnable, blocked)
 

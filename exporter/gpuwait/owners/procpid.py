@@ -127,3 +127,16 @@ def parse_uptime(text: str) -> float:
     if not (head.isascii() and head.isdigit()) or (frac and not (frac.isascii() and frac.isdigit())):
         raise ParseError(f"uptime is not a decimal number: {parts[0]!r}")
     return float(parts[0])
+
+
+def parse_io_read_bytes(text: str) -> int:
+    """``read_bytes`` of /proc/<pid>/io (proc(5)): bytes the process caused to be fetched from
+    the block layer, O_DIRECT reads included (the kernel counts them as it submits each read
+    bio); page cache hits are not in it. A counter over the process's life, so no read of it
+    misses a read phase, as a snapshot of thread states can."""
+    for line in text.splitlines():
+        name, colon, value = line.partition(":")
+        if colon and name.strip() == "read_bytes":
+            return _uint(value.strip(), "read_bytes")
+    raise ParseError("no read_bytes line")
+

@@ -32,6 +32,7 @@ from gpuwait.owners.cgroup import Owner, PodResolver, owner_from_cgroup, parse_c
 from gpuwait.owners.procpid import (
     PidStat,
     parse_children,
+    parse_io_read_bytes,
     parse_pid_stat,
     parse_ppid,
     parse_task_state,
@@ -53,7 +54,7 @@ def _listdir(path: str, cause_path: str) -> list[str] | None:
 class _Files:
     """Paths of the per-process files, and their pid-free spellings for error causes."""
 
-    __slots__ = ("paths", "stat_cause", "task_cause", "task_stat_cause", "children_cause")
+    __slots__ = ("paths", "stat_cause", "task_cause", "task_stat_cause", "children_cause", "io_cause")
 
     def __init__(self, paths: HostPaths) -> None:
         self.paths = paths
@@ -61,10 +62,16 @@ class _Files:
         self.task_cause = paths.proc("<pid>", "task")
         self.task_stat_cause = paths.proc("<pid>", "task", "<tid>", "stat")
         self.children_cause = paths.proc("<pid>", "task", "<tid>", "children")
+        self.io_cause = paths.proc("<pid>", "io")
 
     def stat(self, pid: int) -> PidStat | None:
         text = _read(self.paths.proc(str(pid), "stat"), self.stat_cause)
         return None if text is None else _parsed(parse_pid_stat, text, self.stat_cause)
+
+    def read_bytes(self, pid: int) -> int | None:
+        """The process's storage reads so far; None if it is gone."""
+        text = _read(self.paths.proc(str(pid), "io"), self.io_cause)
+        return None if text is None else _parsed(parse_io_read_bytes, text, self.io_cause)
 
     def thread_states(self, pid: int) -> list[tuple[str, int | None]] | None:
         """(state, last CPU) of each thread; None if the process is gone."""
@@ -268,6 +275,10 @@ class OwnerActivity:
     cpus: frozenset[int]
     #: CPUs the running (R) threads last ran on
     running_cpus: frozenset[int]
+    #: bytes the processes alive now read from block devices (/proc/<pid>/io read_bytes),
+    #: summed over those whose file could be read; None when none could (another user's
+    #: processes without CAP_SYS_PTRACE). It drops when one of them exits.
+    read_bytes: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +297,8 @@ class ActivityReport:
 
 class _Tally:
     __slots__ = (
-        "owner", "processes", "threads", "running", "blocked", "sleeping", "other", "ticks", "cpus", "running_cpus"
+        "owner", "processes", "threads", "running", "blocked", "sleeping", "other", "ticks", "cpus", "running_cpus",
+        "read_bytes",
     )
 
     def __init__(self, owner: Owner) -> None:
@@ -295,6 +307,7 @@ class _Tally:
         self.ticks = 0
         self.cpus: set[int] = set()
         self.running_cpus: set[int] = set()
+        self.read_bytes: int | None = None
 
     def add_thread(self, state: str, processor: int | None) -> None:
         self.threads += 1
@@ -323,6 +336,7 @@ class _Tally:
             cpu_seconds=self.ticks / ticks_per_second,
             cpus=frozenset(self.cpus),
             running_cpus=frozenset(self.running_cpus),
+            read_bytes=None if self.read_bytes is None else float(self.read_bytes),
         )
 
 
@@ -366,6 +380,15 @@ def owner_activity(
             tally = tallies[owner.id] = _Tally(owner)
         tally.processes += 1
         tally.ticks += stat.utime + stat.stime
+        try:
+            read = files.read_bytes(pid)
+        except SourceError as e:
+            # Unreadable (another user's process) or malformed: the process still counts,
+            # without its reads.
+            errors.add(e.cause)
+            read = None
+        if read is not None:
+            tally.read_bytes = (tally.read_bytes or 0) + read
         if threads:
             for state, processor in threads:
                 tally.add_thread(state, processor)

@@ -40,7 +40,12 @@ NFS_WAITERS = Option("verdict.storage.nfs-waiters", parse_positive, 1.0,
                      "Mean number of tasks waiting on an NFS mount's server (execute seconds of its operations per "
                      "second, Little's law) at which its readers count as stalled on it.")
 
-OPTIONS = (IO_PRESSURE, QUEUE_DEPTH, MIN_READ_IOPS, NFS_LATENCY, NFS_WAITERS)
+OWNER_READ_BYTES = Option("verdict.storage.owner-read-bytes", parse_positive, 1048576.0,
+                          "Bytes per second an owner's processes must read from block devices over the window "
+                          "(/proc/<pid>/io read_bytes) for the host's storage stall to count as theirs when none of "
+                          "their threads was seen blocked in D state.")
+
+OPTIONS = (IO_PRESSURE, QUEUE_DEPTH, MIN_READ_IOPS, NFS_LATENCY, NFS_WAITERS, OWNER_READ_BYTES)
 
 
 def storage(inputs: AnalysisInputs, grid: Grid, settings: Settings, gap: float) -> list[bool]:

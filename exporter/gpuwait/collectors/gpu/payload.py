@@ -70,6 +70,9 @@ class OwnerState:
     #: distinct CPUs the threads last ran on, and those of the running threads
     cpus: int
     running_cpus: int
+    #: bytes its processes alive now read from block devices (/proc/<pid>/io read_bytes);
+    #: None where no process's file could be read. Drops when one of them exits.
+    read_bytes: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

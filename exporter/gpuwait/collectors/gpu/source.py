@@ -370,7 +370,7 @@ def _owner_states(report: ActivityReport) -> dict[str, OwnerState]:
             labels=a.owner.labels(), processes=a.processes, threads=a.threads, running=a.running,
             blocked=a.blocked, sleeping=a.sleeping, other=a.other,
             cpu_seconds_total=report.cpu_seconds_total.get(owner_id, 0.0),
-            cpus=len(a.cpus), running_cpus=len(a.running_cpus),
+            cpus=len(a.cpus), running_cpus=len(a.running_cpus), read_bytes=a.read_bytes,
         )
         for owner_id, a in sorted(report.owners.items())
     }

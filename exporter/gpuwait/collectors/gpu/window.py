@@ -44,6 +44,7 @@ RATIO_SIGNALS = (MEM, "sm", "occ", "tensor", "dram")
 GPM_RATE_SIGNALS = ("gpm_pcie_tx", "gpm_pcie_rx", "gpm_nvl_tx", "gpm_nvl_rx")
 #: Signals of the slow source, per owner.
 _OWNER_CPU, _OWNER_RUNNING, _OWNER_BLOCKED = "owner_cpu", "owner_running", "owner_blocked"
+_OWNER_READ_BYTES = "owner_read_bytes"
 
 
 class SlotRows:
@@ -181,6 +182,8 @@ def device_columns(data: GpuDeviceData) -> dict[Hashable, float]:
         cols[(_OWNER_CPU, owner)] = state.cpu_seconds_total
         cols[(_OWNER_RUNNING, owner)] = float(state.running)
         cols[(_OWNER_BLOCKED, owner)] = float(state.blocked)
+        if state.read_bytes is not None:
+            cols[(_OWNER_READ_BYTES, owner)] = state.read_bytes
     return cols
 
 
@@ -244,11 +247,13 @@ class OwnerSeries(NamedTuple):
     running: Column
     #: its threads in D state (uninterruptible sleep, e.g. waiting for a read) at each read
     blocked: Column
+    #: bytes its processes read from block devices (a counter that drops when one exits)
+    read_bytes: Column
 
 
 def owner_series(view: WindowView, owner: str) -> OwnerSeries:
     return OwnerSeries(view.series((_OWNER_CPU, owner)), view.series((_OWNER_RUNNING, owner)),
-                       view.series((_OWNER_BLOCKED, owner)))
+                       view.series((_OWNER_BLOCKED, owner)), view.series((_OWNER_READ_BYTES, owner)))
 
 
 def owner_activity(view: WindowView) -> dict[str, OwnerActivity]:
