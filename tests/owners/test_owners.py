@@ -330,18 +330,23 @@ def test_gone_during_the_cgroup_read_is_not_cached_and_empty_file_is_gone(tree):
     assert len(cache) == 0
 
 
-def test_permission_denied_is_a_counted_cause(tree, monkeypatch):
-    tree.add(700)
-    tree.add(701)
+def deny_open(monkeypatch, denied: str) -> None:
+    """Opening ``denied`` fails as it does for a file of another user's process."""
     real_open = os.open
 
-    def deny_cgroup_of_700(path, *args, **kwargs):
-        if path == os.path.join(tree.paths.procfs, "700", "cgroup"):
+    def open_unless_denied(path, *args, **kwargs):
+        if path == denied:
             raise PermissionError(13, "Permission denied", path)
         return real_open(path, *args, **kwargs)
 
+    monkeypatch.setattr(owners.os, "open", open_unless_denied)
+
+
+def test_permission_denied_is_a_counted_cause(tree, monkeypatch):
+    tree.add(700)
+    tree.add(701)
     # root reads through any file mode, so the denial is staged at the system call
-    monkeypatch.setattr(owners.os, "open", deny_cgroup_of_700)
+    deny_open(monkeypatch, os.path.join(tree.paths.procfs, "700", "cgroup"))
     report = owner_activity(tree.paths, [700, 701])
     assert report.errors == (f"permission:{tree.paths.procfs}/<pid>/cgroup",)
     assert set(report.owner_of) == {701}
@@ -572,15 +577,8 @@ def test_an_owners_storage_reads_are_summed_over_its_processes(tree, monkeypatch
     assert report.errors == ()
     (owner,) = report.owners.values()
     assert owner.processes == 3 and owner.read_bytes == 5_250_000.0
-    real_open = os.open
-
-    def deny_io_of_700(path, *args, **kwargs):
-        if path == os.path.join(tree.paths.procfs, "700", "io"):
-            raise PermissionError(13, "Permission denied", path)
-        return real_open(path, *args, **kwargs)
-
     # Another user's process: its io file needs ptrace rights, its stat does not.
-    monkeypatch.setattr(owners.os, "open", deny_io_of_700)
+    deny_open(monkeypatch, os.path.join(tree.paths.procfs, "700", "io"))
     report = owner_activity(tree.paths, [700, 701, 702])
     assert report.errors == (f"permission:{tree.paths.procfs}/<pid>/io",)
     (owner,) = report.owners.values()
