@@ -20,6 +20,7 @@ computes only the intervals that are new since the last.
 from __future__ import annotations
 
 import math
+import operator
 from array import array
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import NamedTuple
@@ -222,7 +223,7 @@ class ColumnRing:
                 times = times[start:]
         arrays = {key: self._chronological(column, first, start) for key, column in self._columns.items()}
         steady: dict[Hashable, tuple[float, float]] = {}
-        if len(times) >= 2 and self._time_breaks == self._cut_time_breaks(first, start):
+        if len(times) >= 2 and self._time_breaks == self._cut_breaks(self._times, first, start, operator.lt):
             for key, column in arrays.items():
                 breaks = self._breaks[key]
                 if breaks and start:
@@ -231,16 +232,13 @@ class ColumnRing:
                     steady[key] = (column[0], column[-1])
         return WindowView(times, _Columns(arrays), steady, self._appended - count + start, self._memo)
 
-    def _cut_breaks(self, buffer: array, first: int, start: int) -> int:
+    def _cut_breaks(self, buffer: array, first: int, start: int, forward=operator.le) -> int:
         """Breaks among the pairs of the ``start`` oldest rows and their successors, which a
-        view from row ``start`` leaves out."""
+        view from row ``start`` leaves out; ``forward`` is a step that is no break (times
+        must increase strictly, a counter may stand still)."""
         capacity = self.capacity
         return sum(1 for i in range(start)
-                   if not buffer[(first + i) % capacity] <= buffer[(first + i + 1) % capacity])
-
-    def _cut_time_breaks(self, first: int, start: int) -> int:
-        times, capacity = self._times, self.capacity
-        return sum(1 for i in range(start) if not times[(first + i) % capacity] < times[(first + i + 1) % capacity])
+                   if not forward(buffer[(first + i) % capacity], buffer[(first + i + 1) % capacity]))
 
     def _chronological(self, buffer: array, first: int, skip: int) -> array:
         """Rows ``skip`` onwards, oldest first."""
