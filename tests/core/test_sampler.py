@@ -111,6 +111,35 @@ def test_slow_source_does_not_delay_fast_one():
     assert sampler.states["fast"].overruns <= 5
 
 
+def _sampling_threads(*sources: str) -> list[str]:
+    names = {f"{kind}-{source}" for kind in ("sample", "read") for source in sources} | {"sample-every-0.05s"}
+    return sorted(t.name for t in threading.enumerate() if t.name in names)
+
+
+def test_sources_of_one_interval_share_a_thread_until_one_holds_it():
+    """Reads of kernel files take microseconds: sources read at one interval are read in turn
+    by one thread. One whose read holds that thread (a 1 s read against a 50 ms interval)
+    leaves it for a thread of its own, and the others keep their schedule."""
+    quick, also_quick, held = CountingSource(), CountingSource(), SleepingSource(0.0)
+    sampler = sampler_with({"quick": quick, "also_quick": also_quick, "held": held},
+                           "--sample.interval=50ms", "--analysis.interval=10s")
+    names = ("quick", "also_quick", "held")
+    sampler.start()
+    try:
+        assert wait_for(lambda: min(quick.reads, also_quick.reads, held.reads) >= 5)
+        assert _sampling_threads(*names) == ["sample-every-0.05s"], "one thread, no thread per source while none holds"
+        held.seconds = 1.0
+        assert wait_for(lambda: "sample-held" in _sampling_threads(*names), 5.0), _sampling_threads(*names)
+        before = quick.reads
+        time.sleep(0.5)
+        assert quick.reads >= before + 5, "the sources left behind go on while the slow read is still under way"
+        assert also_quick.reads >= before - 2 + 5
+        assert sampler.alive()
+    finally:
+        sampler.stop(timeout=3.0)
+    assert not sampler.alive()
+
+
 def test_overruns_counted_when_a_read_outlasts_its_slot():
     slow = SleepingSource(0.3)
     sampler = sampler_with({"slow": slow}, "--sample.interval=50ms", "--analysis.interval=10s")

@@ -1,9 +1,13 @@
-"""The sampler: one worker thread per source, each on its own schedule, feeding bounded
-window rings; and an analysis thread that summarises the rings on a schedule.
+"""The sampler: the sources read on schedules, feeding bounded window rings; and an analysis
+thread that summarises the rings on a schedule.
 
-A thread per source is what keeps one slow or hung file (an NFS mount, a GPU in a bad state)
-from delaying every other signal. The scrape path only reads references that the workers
-swap in whole, so it never waits for a read.
+The sources read at the same interval share one thread that reads them in turn (a thread per
+source costs each read two thread switches and the GIL handed over four times, more than the
+read of most kernel files). A source whose read holds that thread for longer than its tier can
+spare (a slow or hung file: an NFS mount, a GPU in a bad state) is moved to a thread of its
+own, where a read that never returns is given up at its deadline, so it delays the others of
+its tier by at most that once. The scrape path only reads references that the workers swap in
+whole, so it never waits for a read.
 """
 
 from __future__ import annotations
@@ -44,6 +48,11 @@ TIMEOUT_CAUSE = "timeout"
 #: one that answers (the FIFO removed, the mount back) is picked up on the next retry.
 RETRY_BACKOFF_CEILING_SECONDS = 300.0
 MAX_HUNG_READS = 16
+#: A read that has held its tier's shared thread for SHARED_READ_INTERVALS of the tier's interval
+#: (and at least SHARED_READ_FLOOR_SECONDS, so that a loaded machine's scheduling hiccup does not
+#: move a source) is moved to a thread of its own: the rest of the tier loses about that much.
+SHARED_READ_INTERVALS = 2
+SHARED_READ_FLOOR_SECONDS = 0.25
 
 
 @dataclass
@@ -60,22 +69,38 @@ class _Reader:
     waiting for a read that hangs. An abandoned reader finishes its read, if it ever does,
     throws the outcome away and ends."""
 
-    def __init__(self, sampler: "Sampler", state: "SourceState") -> None:
+    def __init__(self, sampler: "Sampler", state: "SourceState", thread: bool = True) -> None:
         self._sampler = sampler
         self._state = state
         self._requested = threading.Event()
         self._done = threading.Event()
         self._outcome: ReadOutcome | None = None
         self.abandoned = False
-        threading.Thread(target=self._run, name=f"read-{state.spec.name}", daemon=True).start()
+        if thread:
+            threading.Thread(target=self._run, name=f"read-{state.spec.name}", daemon=True).start()
 
     def read(self, deadline: float) -> ReadOutcome | None:
         """The outcome of one read, or None when it has not returned within ``deadline`` s."""
         self._done.clear()
         self._requested.set()
+        return self.outcome(deadline)
+
+    def outcome(self, deadline: float) -> ReadOutcome | None:
+        """The outcome of the read in flight, or None when it has not returned within ``deadline`` s."""
         if not self._done.wait(deadline):
             return None
         return self._outcome
+
+    def adopt(self, outcome: ReadOutcome) -> None:
+        """Called by a tier's thread whose read this reader took over (made with
+        ``thread=False``): hands the outcome over, then serves this source's reads."""
+        if self.abandoned:
+            self._sampler._hung_read_returned(self._state)
+            return
+        threading.current_thread().name = f"read-{self._state.spec.name}"
+        self._outcome = outcome
+        self._done.set()
+        self._run()
 
     def release(self) -> None:
         """Ends the thread once it is idle (the sampler stops)."""
@@ -93,6 +118,27 @@ class _Reader:
                 return
             self._outcome = outcome
             self._done.set()
+
+class _Tier:
+    """Sources read on one schedule, in turn, by one thread. ``in_flight`` is the read under
+    way, which the watchdog may hand over to a reader of that source's own (``handover``)."""
+
+    def __init__(self, states: list["SourceState"], interval: float, next_due: float) -> None:
+        self.states = states
+        self.interval = interval
+        self.next_due = next_due
+        self.lock = threading.Lock()
+        self.in_flight: tuple[SourceState, float] | None = None
+        self.handover: _Reader | None = None
+        self.thread: threading.Thread | None = None
+
+    @property
+    def patience(self) -> float:
+        """How long one read may hold the thread before it is moved off it: never past a
+        deadline, where the read is given up."""
+        return min(min(state.read_deadline for state in self.states),
+                   max(SHARED_READ_FLOOR_SECONDS, SHARED_READ_INTERVALS * self.interval))
+
 
 #: Most window samples all rings may hold together. Each sample costs 8 bytes of timestamp
 #: plus 8 per series of its source, so this bounds the rings to a few hundred MiB on a
@@ -182,7 +228,11 @@ class Sampler:
         self.generation = 0
         self._generation_lock = threading.Lock()
         self._stop = threading.Event()
+        #: The threads that must stay alive (tiers, sources of their own, analysis, watchdog),
+        #: and the tiers; both replaced whole, under the lock, when a source leaves its tier.
         self._threads: list[threading.Thread] = []
+        self._tiers: list[_Tier] = []
+        self._threads_lock = threading.Lock()
         self.analysis_seconds = math.nan
         self.analysis_runs = 0
         #: Results of the collectors' cross-source analyses, by collector name, and when each ran.
@@ -231,12 +281,26 @@ class Sampler:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
+        by_interval: dict[float, list[SourceState]] = {}
         for state in self.states.values():
-            t = threading.Thread(target=self._run_source, args=(state,), name=f"sample-{state.spec.name}", daemon=True)
-            self._threads.append(t)
-        self._threads.append(threading.Thread(target=self._run_analysis, name="analysis", daemon=True))
-        for t in self._threads:
-            t.start()
+            by_interval.setdefault(state.interval, []).append(state)
+        now = time.monotonic()
+        for interval, states in by_interval.items():
+            self._start_tier(_Tier(states, interval, now))
+        self._start(threading.Thread(target=self._run_analysis, name="analysis", daemon=True))
+        if self._tiers:
+            self._start(threading.Thread(target=self._run_watchdog, name="read-watchdog", daemon=True))
+
+    def _start(self, thread: threading.Thread) -> None:
+        with self._threads_lock:
+            self._threads = [*self._threads, thread]
+        thread.start()
+
+    def _start_tier(self, tier: _Tier) -> None:
+        tier.thread = threading.Thread(target=self._run_tier, args=(tier,), name=f"sample-every-{tier.interval:g}s", daemon=True)
+        with self._threads_lock:
+            self._tiers = [*self._tiers, tier]
+        self._start(tier.thread)
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
@@ -244,7 +308,9 @@ class Sampler:
             if state.reader is not None:
                 state.reader.release()
         deadline = time.monotonic() + timeout
-        for t in self._threads:
+        with self._threads_lock:
+            threads = list(self._threads)
+        for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
         for state in self.states.values():
             try:
@@ -269,14 +335,84 @@ class Sampler:
     def ready(self) -> bool:
         return not self.not_ready()
 
-    # -- one source ------------------------------------------------------------------------
-    def _run_source(self, state: SourceState) -> None:
-        interval = state.interval
-        next_due = time.monotonic()
+    # -- shared schedules ------------------------------------------------------------------
+    def _run_tier(self, tier: _Tier) -> None:
+        interval = tier.interval
         while not self._stop.is_set():
-            started = time.monotonic()
+            due = tier.next_due
+            for state in tier.states:
+                if self._stop.is_set():
+                    return
+                started = time.monotonic()
+                with tier.lock:
+                    tier.in_flight = (state, started)
+                outcome = self.read_source(state)
+                with tier.lock:
+                    tier.in_flight = None
+                    handover = tier.handover
+                if handover is not None:
+                    # The watchdog gave this read to a reader of the source's own, and the
+                    # rest of the tier to a new thread: this thread is now that reader's.
+                    handover.adopt(outcome)
+                    return
+                self.ingest(state, outcome.reading, outcome.details, outcome.started, outcome.duration,
+                            max(0.0, started - due), outcome.no_data)
+            tier.next_due = next_due = due + interval
+            now = time.monotonic()
+            if now > next_due:
+                # The reads outlasted their slot: skip the missed slots rather than run back to back.
+                missed = int((now - next_due) // interval) + 1
+                for state in tier.states:
+                    state.overruns += missed
+                tier.next_due = next_due = next_due + missed * interval
+            self._stop.wait(max(0.0, next_due - time.monotonic()))
+
+    def _run_watchdog(self) -> None:
+        while True:
+            with self._threads_lock:
+                tiers = list(self._tiers)
+            period = min((tier.patience for tier in tiers), default=1.0) / 2
+            if self._stop.wait(period):
+                return
+            now = time.monotonic()
+            for tier in tiers:
+                self._move_held_read(tier, now)
+
+    def _move_held_read(self, tier: _Tier, now: float) -> None:
+        """A read that has held its tier's thread past the tier's patience leaves the tier with
+        its source: the thread becomes the source's reader, a new thread reads the rest."""
+        with tier.lock:
+            if tier.in_flight is None or tier.handover is not None:
+                return
+            state, started = tier.in_flight
+            if now - started < tier.patience:
+                return
+            reader = tier.handover = _Reader(self, state, thread=False)
+        state.reader = reader
+        rest = [other for other in tier.states if other is not state]
+        log.info("source %s: a read has taken %.2gs, holding the sources read with it; it is read on a thread of its own",
+                 state.spec.name, now - started)
+        with self._threads_lock:
+            self._tiers = [t for t in self._tiers if t is not tier]
+            self._threads = [t for t in self._threads if t is not tier.thread]
+        if rest:
+            # The rest keep the schedule: the slots the held read cost them count as overruns.
+            self._start_tier(_Tier(rest, tier.interval, tier.next_due))
+        self._start(threading.Thread(target=self._run_source, args=(state, tier.next_due, started),
+                                     name=f"sample-{state.spec.name}", daemon=True))
+
+    # -- a source of its own ---------------------------------------------------------------
+    def _run_source(self, state: SourceState, next_due: float | None = None, in_flight_since: float | None = None) -> None:
+        """Read one source on its own schedule; ``in_flight_since``: its reader took over a read
+        under way since then, whose outcome comes first."""
+        interval = state.interval
+        if next_due is None:
+            next_due = time.monotonic()
+        while not self._stop.is_set():
+            started = in_flight_since if in_flight_since is not None else time.monotonic()
             lag = max(0.0, started - next_due)
-            self._sample_within_deadline(state, lag)
+            self._sample_within_deadline(state, lag, in_flight_since)
+            in_flight_since = None
             next_due += interval
             now = time.monotonic()
             if now > next_due:
@@ -286,12 +422,15 @@ class Sampler:
                 next_due += missed * interval
             self._stop.wait(max(0.0, next_due - time.monotonic()))
 
-    def _sample_within_deadline(self, state: SourceState, lag: float) -> None:
-        if state.reader is None:
-            if state.hung_reads and (state.hung_reads >= MAX_HUNG_READS or time.monotonic() < state.retry_after):
-                return  # every allowed thread is still blocked, or the next retry is not due
-            state.reader = _Reader(self, state)
-        outcome = state.reader.read(state.read_deadline)
+    def _sample_within_deadline(self, state: SourceState, lag: float, in_flight_since: float | None = None) -> None:
+        if in_flight_since is not None and state.reader is not None:
+            outcome = state.reader.outcome(max(0.0, state.read_deadline - (time.monotonic() - in_flight_since)))
+        else:
+            if state.reader is None:
+                if state.hung_reads and (state.hung_reads >= MAX_HUNG_READS or time.monotonic() < state.retry_after):
+                    return  # every allowed thread is still blocked, or the next retry is not due
+                state.reader = _Reader(self, state)
+            outcome = state.reader.read(state.read_deadline)
         if outcome is None:
             state.reader.abandoned = True
             state.reader = None
