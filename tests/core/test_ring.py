@@ -74,7 +74,7 @@ def test_ring_view_is_a_copy():
 
 from hypothesis import given, strategies as st  # noqa: E402
 
-from gpuwait.core.series import steady, total_increase  # noqa: E402
+from gpuwait.core.series import interval_rates, steady, total_increase  # noqa: E402
 
 #: A step of a counter: forward, a reset, a missing read, or the same value.
 _steps = st.one_of(st.floats(0, 1e6), st.just(-5.0), st.just(math.nan), st.just(0.0))
@@ -83,9 +83,13 @@ _steps = st.one_of(st.floats(0, 1e6), st.just(-5.0), st.just(math.nan), st.just(
 _rows = st.lists(st.tuples(st.sampled_from([0.1, 0.1, 0.1, 0.0, -0.05]),
                            st.fixed_dictionaries({k: st.one_of(st.none(), _steps) for k in "abc"})),
                  min_size=0, max_size=40)
+#: Rows of the usual window, which the views answer from the counters' ends: irregular
+#: intervals, every counter read and going forward.
+_steady_rows = st.lists(st.tuples(st.floats(0.01, 0.2), st.fixed_dictionaries({k: st.floats(0, 1e6) for k in "abc"})),
+                        min_size=0, max_size=40)
 
 
-@given(capacity=st.integers(2, 9), rows=_rows, cut=st.floats(0, 1))
+@given(capacity=st.integers(2, 9), rows=st.one_of(_rows, _steady_rows), cut=st.floats(0, 1))
 def test_a_view_answers_each_counter_as_the_rows_would(capacity, rows, cut):
     ring = ColumnRing(capacity)
     t, values = 100.0, {k: 0.0 for k in "abc"}
@@ -107,6 +111,8 @@ def test_a_view_answers_each_counter_as_the_rows_would(capacity, rows, cut):
         assert view.steady(key) == (len(view) >= 2 and steady(view.times, column))
         assert view.increase(key) == total_increase(view.times, column)
         assert view.increase(key, modulus=1e9) == total_increase(view.times, column, 1e9)
+        assert view.interval_rates(key) == interval_rates(view.times, column)
+        assert view.interval_rates(key, modulus=1e9) == interval_rates(view.times, column, 1e9)
 
 
 def test_a_counter_that_went_back_is_steady_again_once_the_reset_leaves_the_window():

@@ -23,9 +23,10 @@ import math
 import operator
 from array import array
 from collections.abc import Hashable, Iterator, Mapping, Sequence
+from itertools import islice
 from typing import NamedTuple
 
-from gpuwait.core.series import total_increase
+from gpuwait.core.series import interval_rates, total_increase
 
 NAN = math.nan
 
@@ -78,7 +79,7 @@ class WindowView:
     plain lists has none and computes every statistic from the rows.
     """
 
-    __slots__ = ("times", "columns", "first_row", "_steady", "_memo")
+    __slots__ = ("times", "columns", "first_row", "_steady", "_memo", "_intervals")
 
     def __init__(self, times: list[float], columns: Mapping[Hashable, list[float]],
                  steady: Mapping[Hashable, tuple[float, float]] | None = None,
@@ -89,6 +90,7 @@ class WindowView:
         self.first_row = first_row
         self._steady = steady or {}
         self._memo = memo
+        self._intervals: list[float] | None = None
 
     def __len__(self) -> int:
         return len(self.times)
@@ -118,6 +120,18 @@ class WindowView:
         if ends is not None:
             return ends[1] - ends[0], self.times[-1] - self.times[0]
         return total_increase(self.times, self.values(key), modulus)
+
+    def interval_rates(self, key: Hashable, modulus: float | None = None) -> list[float]:
+        """``series.interval_rates`` of the column: per-second rate over each interval."""
+        if key not in self._steady:
+            return interval_rates(self.times, self.column(key), modulus)
+        # Every pair of rows is a step forward over a positive interval: the general loop's
+        # arithmetic, pair by pair, without its tests.
+        if self._intervals is None:
+            times = self.times
+            self._intervals = list(map(operator.sub, islice(times, 1, None), times))
+        values = self.values(key)
+        return list(map(operator.truediv, map(operator.sub, islice(values, 1, None), values), self._intervals))
 
     def interval_memo(self, name: Hashable) -> dict[int, object] | None:
         """The ring's memo ``name``: results per interval, keyed by the number of the

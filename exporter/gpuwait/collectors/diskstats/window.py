@@ -16,7 +16,7 @@ from gpuwait.collectors.diskstats.parse import TIME_FIELD_MODULUS_SECONDS as TIM
 from gpuwait.collectors.diskstats.payload import Diskstats
 from gpuwait.core.config import Settings
 from gpuwait.core.ring import Column, WindowView
-from gpuwait.core.series import clamp_ratio, increase, interval_rates, maximum, steady
+from gpuwait.core.series import clamp_ratio, increase, maximum, steady
 
 # Column keys are (kind, device).
 _READS, _WRITES, _READ_BYTES, _WRITE_BYTES = "reads", "writes", "read_bytes", "write_bytes"
@@ -113,7 +113,7 @@ def summarize_device(view: WindowView, device: str) -> DeviceWindowStats:
 
     return DeviceWindowStats(
         queue_depth_mean=rate(_WEIGHTED, TIME_MODULUS),
-        queue_depth_max=maximum(interval_rates(t, view.column((_WEIGHTED, device)), TIME_MODULUS)),
+        queue_depth_max=maximum(view.interval_rates((_WEIGHTED, device), TIME_MODULUS)),
         in_flight_max=maximum(view.column((_IO_NOW, device))),
         read_await_seconds=quotient(_READ_TIME, _READS, TIME_MODULUS),
         write_await_seconds=quotient(_WRITE_TIME, _WRITES, TIME_MODULUS),

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from gpuwait.collectors.netdev.payload import NetDev
 from gpuwait.core.config import Settings
 from gpuwait.core.ring import Column, WindowView
-from gpuwait.core.series import added, burstiness, interval_rates, maximum, window_rate
+from gpuwait.core.series import added, burstiness, maximum
 
 #: Column keys are (direction, interface): bytes since the interface came up.
 DIRECTIONS = ("receive", "transmit")
@@ -44,9 +44,9 @@ class NetdevWindowStats:
 
 
 def throughput(view: WindowView, direction: str, interface: str) -> ThroughputWindowStats:
-    values = view.column((direction, interface))
-    rates = interval_rates(view.times, values)
-    return ThroughputWindowStats(window_rate(view.times, values), maximum(rates), burstiness(rates))
+    key = (direction, interface)
+    rates = view.interval_rates(key)
+    return ThroughputWindowStats(view.rate(key), maximum(rates), burstiness(rates))
 
 
 def summarize(view: WindowView, settings: Settings) -> NetdevWindowStats:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from gpuwait.collectors.pressure.payload import PressureData
 from gpuwait.core.config import Settings
 from gpuwait.core.ring import Column, WindowView
-from gpuwait.core.series import clamp_ratio, interval_rates, maximum, window_rate
+from gpuwait.core.series import clamp_ratio, maximum
 
 
 def columns(data: PressureData) -> dict[Hashable, float]:
@@ -35,12 +35,11 @@ def summarize(view: WindowView, settings: Settings) -> PressureWindowStats:
     ratio: dict[tuple[str, str], float] = {}
     max_ratio: dict[tuple[str, str], float] = {}
     for key in sorted(view.columns):
-        values = view.column(key)
-        mean = clamp_ratio(window_rate(view.times, values))
+        mean = clamp_ratio(view.rate(key))
         if mean is None:
             continue
         ratio[key] = mean
-        max_ratio[key] = clamp_ratio(maximum(interval_rates(view.times, values)))
+        max_ratio[key] = clamp_ratio(maximum(view.interval_rates(key)))
     return PressureWindowStats(ratio, max_ratio)
 
 

@@ -104,11 +104,22 @@ class RdmaWindowStats:
     ports: dict[PortKey, PortWindowStats]
 
 
-def _direction(view: WindowView, kind: str, port: PortKey) -> tuple[float | None, float | None, float | None]:
+def _direction(view: WindowView, kind: str, port: PortKey,
+               shape: bool = True) -> tuple[float | None, float | None, float | None]:
+    """(mean rate, peak interval rate, burstiness) of one counter; the last two only with ``shape``."""
     key = (kind, *port)
     if key not in view.columns:
         return None, None, None
-    rates, mean_rate = counter_rates(view.times, view.columns[key], _KINDS[kind])
+    unit = _KINDS[kind]
+    if view.steady(key) and saturated_value(unit) not in view.values(key):
+        # One run of every row, none missing, stuck, reset or wrapped: what counter_rates
+        # would find, from the ring's own account of the column.
+        mean_rate = view.rate(key)
+        if not shape:
+            return mean_rate, None, None
+        rates = view.interval_rates(key)
+    else:
+        rates, mean_rate = counter_rates(view.times, view.columns[key], unit)
     return mean_rate, maximum(rates), burstiness(rates)
 
 
@@ -125,8 +136,8 @@ def summarize(view: WindowView, settings: Settings) -> RdmaWindowStats:
             receive_bytes_mean=rx_mean,
             receive_bytes_max=rx_max,
             receive_burstiness=rx_burst,
-            transmit_packets_mean=_direction(view, _TXP, port)[0],
-            receive_packets_mean=_direction(view, _RXP, port)[0],
+            transmit_packets_mean=_direction(view, _TXP, port, shape=False)[0],
+            receive_packets_mean=_direction(view, _RXP, port, shape=False)[0],
         )
     return RdmaWindowStats(stats)
 

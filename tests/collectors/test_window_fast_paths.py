@@ -1,0 +1,120 @@
+"""A collector's window statistics on a view of its ring, which answers steady counters from
+the ring's account of them, equal those computed from the same rows as plain lists, for any
+mix of steady counters, resets, missing reads, clocks that stall, wraps and stuck values."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings as hypothesis_settings, strategies as st
+
+from gpuwait.collectors.diskstats import window as diskstats_window
+from gpuwait.collectors.netdev import window as netdev_window
+from gpuwait.collectors.pressure import window as pressure_window
+from gpuwait.collectors.rdma import window as rdma_window
+from gpuwait.collectors.rdma.window import LEGACY_COUNTER_MAX
+from gpuwait.core.ring import ColumnRing, WindowView
+
+#: A counter's step: forward by a little or a lot, a reset, a missing read, standing still.
+_steps = st.one_of(st.floats(0, 1e4), st.floats(0, 1e9), st.just(-1.0), st.just(math.nan), st.just(0.0))
+
+#: Counter values where the RDMA window has its own cases: the 32-bit field stuck at all ones
+#: (in 4-octet words and in packets) and the value after a 32-bit wrap.
+_RDMA_SPECIAL = (float(LEGACY_COUNTER_MAX * 4), float(LEGACY_COUNTER_MAX), float(LEGACY_COUNTER_MAX * 4 - 8), 16.0)
+
+KEYS = {
+    "netdev": [(d, i) for d in netdev_window.DIRECTIONS for i in ("eth0", "ib0")],
+    "rdma": [(k, "mlx5_0", 1, "InfiniBand") for k in ("tx", "rx", "txp", "rxp")],
+    "diskstats": [(k, "nvme0n1") for k in ("reads", "writes", "read_bytes", "write_bytes", "read_time", "write_time",
+                                           "io_now", "io_time", "weighted")],
+    "pressure": [(r, s) for r in ("cpu", "io") for s in ("some", "full")],
+}
+SUMMARIZE = {
+    "netdev": netdev_window.summarize,
+    "rdma": rdma_window.summarize,
+    "diskstats": diskstats_window.summarize,
+    "pressure": pressure_window.summarize,
+}
+
+
+@st.composite
+def windows(draw, collector: str):
+    keys = KEYS[collector]
+    capacity = draw(st.integers(2, 12))
+    rows = draw(st.integers(0, 30))
+    ring = ColumnRing(capacity)
+    t = 100.0
+    values = {key: draw(st.floats(0, 1e6)) for key in keys}
+    # Most windows are steady: a clock that only goes forward, and counters that never miss a
+    # read or go back; the others mix in every fault.
+    clock_faults = draw(st.booleans())
+    faulty = {key: draw(st.integers(0, 2)) == 0 for key in keys}
+    for _ in range(rows):
+        t += draw(st.sampled_from([0.1, 0.1, 0.1, 0.1, 0.0, -0.05]) if clock_faults else st.floats(0.01, 0.2))
+        row = {}
+        for key in keys:
+            if collector == "rdma" and draw(st.integers(0, 5)) == 0:
+                # Forward to a value of its own (stuck, near the wrap) or back to one.
+                special = draw(st.sampled_from(_RDMA_SPECIAL))
+                if faulty[key] or special >= values[key]:
+                    values[key] = special
+            elif not faulty[key]:
+                values[key] += draw(st.floats(0, 1e9))
+            elif draw(st.integers(0, 9)) == 0:
+                continue  # absent from this read: NaN in the ring
+            else:
+                step = draw(_steps)
+                if step != step:
+                    row[key] = math.nan
+                    continue
+                values[key] = values[key] + step if step >= 0 else draw(st.floats(0, 10))
+            row[key] = values[key]
+        ring.append(t, row)
+    since = t - draw(st.floats(0, 2))
+    return ring.view(since=since)
+
+
+def _as_lists(view: WindowView) -> WindowView:
+    return WindowView(list(view.times), {key: list(view.columns[key]) for key in view.columns})
+
+
+def _check(collector: str, view: WindowView) -> None:
+    summarize = SUMMARIZE[collector]
+    # repr: a NaN, were one to appear, is equal to itself there.
+    assert repr(summarize(view, None)) == repr(summarize(_as_lists(view), None))
+
+
+@hypothesis_settings(max_examples=150, deadline=None)
+@given(view=windows("netdev"))
+def test_netdev_statistics_from_the_ring_equal_those_from_the_rows(view):
+    _check("netdev", view)
+
+
+@hypothesis_settings(max_examples=150, deadline=None)
+@given(view=windows("rdma"))
+def test_rdma_statistics_from_the_ring_equal_those_from_the_rows(view):
+    _check("rdma", view)
+
+
+@hypothesis_settings(max_examples=150, deadline=None)
+@given(view=windows("diskstats"))
+def test_diskstats_statistics_from_the_ring_equal_those_from_the_rows(view):
+    _check("diskstats", view)
+
+
+@hypothesis_settings(max_examples=150, deadline=None)
+@given(view=windows("pressure"))
+def test_pressure_statistics_from_the_ring_equal_those_from_the_rows(view):
+    _check("pressure", view)
+
+
+def test_a_steady_window_takes_the_fast_path_and_still_finds_the_peak():
+    """The case the fast path is for: every counter read each interval, going forward."""
+    ring = ColumnRing(11)
+    for i in range(11):
+        ring.append(100.0 + 0.1 * i, {key: 1000.0 * i + (5000.0 if i >= 7 else 0.0) for key in KEYS["netdev"]})
+    view = ring.view()
+    assert all(view.steady(key) for key in KEYS["netdev"])
+    stats = netdev_window.summarize(view, None)
+    assert stats == netdev_window.summarize(_as_lists(view), None)
+    assert math.isclose(stats.receive["eth0"].max_bytes_per_second, 60000.0)
