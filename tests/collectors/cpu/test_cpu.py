@@ -14,7 +14,7 @@ from gpuwait.collectors import cpu
 from gpuwait.collectors.cpu import window
 from gpuwait.collectors.cpu.parse import CPU_MODES, parse_proc_stat
 from gpuwait.collectors.cpu.payload import CpuData
-from gpuwait.collectors.cpu.source import CpuSource
+from gpuwait.collectors.cpu.source import EXPORTED_MODES, CpuSource
 from gpuwait.core.config import Settings
 from gpuwait.core.errors import ParseError, SourceError
 from gpuwait.core.plugin import Snapshot
@@ -110,6 +110,18 @@ def test_source_converts_ticks_to_seconds_and_drops_the_all_cpu_line():
     # guest time is inside user and nice already: it is not a mode of its own
     assert "guest" not in data.cores["0"] and "guest_nice" not in data.cores["0"]
     assert (data.procs_running, data.procs_blocked) == (3, 1)
+
+
+@pytest.mark.parametrize("columns", [4, 5, 7, 8, 9, 10, 11])
+def test_source_keeps_the_modes_the_kernel_prints_whatever_their_number(tmp_path, columns):
+    """Kernels before 2.6.33 print fewer columns, later ones may print more: each core has
+    exactly the exported modes its line holds, each its own column."""
+    (tmp_path / "proc").mkdir()
+    ticks = [100 * (i + 1) for i in range(columns)]
+    (tmp_path / "proc" / "stat").write_text(
+        f"cpu  {' '.join(map(str, ticks))}\ncpu0 {' '.join(map(str, ticks))}\nprocs_running 1\n")
+    modes = CpuSource(HostPaths(str(tmp_path / "proc"), str(tmp_path / "sys")), ticks_per_second=100).read().data.cores["0"]
+    assert modes == {mode: float(i + 1) for i, mode in enumerate(EXPORTED_MODES[:columns])}
 
 
 def test_source_missing_and_garbage_files_are_source_errors(tmp_path):

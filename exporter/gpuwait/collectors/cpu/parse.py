@@ -30,10 +30,10 @@ def _cpu_line(lineno: int, key: str, parts: list[str]) -> tuple[str, dict[str, i
     if len(parts) < 5:
         raise ParseError(f"line {lineno}: cpu line has {len(parts) - 1} columns, need at least 4")
     try:
-        values = [int(v) for v in parts[1 : 1 + len(CPU_MODES)]]
+        values = list(map(int, parts[1 : 1 + len(CPU_MODES)]))
     except ValueError:
         raise ParseError(f"line {lineno}: non-integer cpu time in {' '.join(parts)!r}") from None
-    if any(v < 0 for v in values):
+    if min(values) < 0:
         raise ParseError(f"line {lineno}: negative cpu time")
     return name, dict(zip(CPU_MODES, values))
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from itertools import repeat
+from operator import truediv
 
 from gpuwait.collectors.cpu.parse import parse_proc_stat
 from gpuwait.collectors.cpu.payload import CpuData
@@ -31,9 +33,10 @@ class CpuSource(Source):
             stat = parse_proc_stat(text)
         except ParseError as e:
             raise SourceError(f"parse:{self.path}", str(e)) from None
-        hz = float(self.ticks_per_second)
+        per_tick = repeat(float(self.ticks_per_second))
+        # A core's modes are a prefix of CPU_MODES, of which EXPORTED_MODES is a prefix too.
         cores = {
-            cpu: {mode: ticks[mode] / hz for mode in EXPORTED_MODES if mode in ticks}
+            cpu: dict(zip(EXPORTED_MODES, map(truediv, ticks.values(), per_tick)))
             for cpu, ticks in stat.cpus.items()
             if cpu != "cpu"
         }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+from itertools import repeat
 
 from gpuwait.collectors.cpu.payload import CpuData
 from gpuwait.core.config import Option, Settings, parse_fraction
@@ -30,10 +31,10 @@ _RUNNING, _BLOCKED = "procs_running", "procs_blocked"
 
 def columns(data: CpuData) -> dict[Hashable, float]:
     cols: dict[Hashable, float] = {}
+    zeros = repeat(0.0)
     for cpu, modes in data.cores.items():
-        total = sum(modes.values())
-        cols[(_BUSY, cpu)] = sum(modes.get(m, 0.0) for m in BUSY_MODES)
-        cols[(_TOTAL, cpu)] = total
+        cols[(_BUSY, cpu)] = sum(map(modes.get, BUSY_MODES, zeros))
+        cols[(_TOTAL, cpu)] = sum(modes.values())
     if data.procs_running is not None:
         cols[_RUNNING] = float(data.procs_running)
     if data.procs_blocked is not None:
