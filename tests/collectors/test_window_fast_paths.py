@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from gpuwait.collectors.diskstats import window as diskstats_window
@@ -84,28 +85,11 @@ def _check(collector: str, view: WindowView) -> None:
     assert repr(summarize(view, None)) == repr(summarize(_as_lists(view), None))
 
 
+@pytest.mark.parametrize("collector", sorted(SUMMARIZE))
 @hypothesis_settings(max_examples=150, deadline=None)
-@given(view=windows("netdev"))
-def test_netdev_statistics_from_the_ring_equal_those_from_the_rows(view):
-    _check("netdev", view)
-
-
-@hypothesis_settings(max_examples=150, deadline=None)
-@given(view=windows("rdma"))
-def test_rdma_statistics_from_the_ring_equal_those_from_the_rows(view):
-    _check("rdma", view)
-
-
-@hypothesis_settings(max_examples=150, deadline=None)
-@given(view=windows("diskstats"))
-def test_diskstats_statistics_from_the_ring_equal_those_from_the_rows(view):
-    _check("diskstats", view)
-
-
-@hypothesis_settings(max_examples=150, deadline=None)
-@given(view=windows("pressure"))
-def test_pressure_statistics_from_the_ring_equal_those_from_the_rows(view):
-    _check("pressure", view)
+@given(data=st.data())
+def test_statistics_from_the_ring_equal_those_from_the_rows(collector, data):
+    _check(collector, data.draw(windows(collector)))
 
 
 def test_a_steady_window_takes_the_fast_path_and_still_finds_the_peak():
