@@ -119,6 +119,17 @@ class _Reader:
             self._outcome = outcome
             self._done.set()
 
+def _next_slot(due: float, interval: float) -> tuple[float, int]:
+    """The slot after the one due at ``due``, and how many slots were missed: reads that
+    outlasted their slot skip the missed ones rather than run back to back."""
+    next_due = due + interval
+    now = time.monotonic()
+    if now <= next_due:
+        return next_due, 0
+    missed = int((now - next_due) // interval) + 1
+    return next_due + missed * interval, missed
+
+
 class _Tier:
     """Sources read on one schedule, in turn, by one thread. ``in_flight`` is the read under
     way, which the watchdog may hand over to a reader of that source's own (``handover``)."""
@@ -357,15 +368,10 @@ class Sampler:
                     return
                 self.ingest(state, outcome.reading, outcome.details, outcome.started, outcome.duration,
                             max(0.0, started - due), outcome.no_data)
-            tier.next_due = next_due = due + interval
-            now = time.monotonic()
-            if now > next_due:
-                # The reads outlasted their slot: skip the missed slots rather than run back to back.
-                missed = int((now - next_due) // interval) + 1
-                for state in tier.states:
-                    state.overruns += missed
-                tier.next_due = next_due = next_due + missed * interval
-            self._stop.wait(max(0.0, next_due - time.monotonic()))
+            tier.next_due, missed = _next_slot(due, interval)
+            for state in tier.states:
+                state.overruns += missed
+            self._stop.wait(max(0.0, tier.next_due - time.monotonic()))
 
     def _run_watchdog(self) -> None:
         while True:
@@ -413,13 +419,8 @@ class Sampler:
             lag = max(0.0, started - next_due)
             self._sample_within_deadline(state, lag, in_flight_since)
             in_flight_since = None
-            next_due += interval
-            now = time.monotonic()
-            if now > next_due:
-                # The read outlasted its slot: skip the missed slots rather than run back to back.
-                missed = int((now - next_due) // interval) + 1
-                state.overruns += missed
-                next_due += missed * interval
+            next_due, missed = _next_slot(next_due, interval)
+            state.overruns += missed
             self._stop.wait(max(0.0, next_due - time.monotonic()))
 
     def _sample_within_deadline(self, state: SourceState, lag: float, in_flight_since: float | None = None) -> None:
