@@ -405,6 +405,17 @@ class Trickler:
             s.close()
 
 
+def thread_count(exp: ExporterProcess) -> int:
+    for line in pathlib.Path(f"/proc/{exp.proc.pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads: line")
+
+
+#: Threads a scrape may add while it is answered (its own, and one a probe may hold).
+SCRAPE_THREADS = 4
+
+
 def timed_scrape(exp: ExporterProcess) -> float:
     t = time.monotonic()
     status, body = exp.get("/metrics", timeout=20)
@@ -442,9 +453,12 @@ def test_stalled_tls_handshakes_cannot_keep_a_scrape_out(pki, tmp_path):
     cfg = web_config(tmp_path, tls_block(pki))
     with SecureExporter([f"--web.config.file={cfg}", "--web.max-connections=8"], ctx=client_context(pki)) as exp:
         # Half a ClientHello record header, then a byte now and then: the handshake never ends.
+        before = thread_count(exp)
         slow = Trickler(exp.port, 40, b"\x16\x03\x01\x02\x00" + b"\x01" * 512, seconds=30).start()
         try:
             time.sleep(1.5)
+            # A stalled handshake costs a descriptor, not a thread.
+            assert thread_count(exp) <= before + SCRAPE_THREADS, (before, thread_count(exp))
             for _ in range(3):
                 assert timed_scrape(exp) < 10.0
         finally:
@@ -568,19 +582,24 @@ def test_scrapes_succeed_while_500_slowloris_connections_are_held_open(tmp_path,
     # the exporter has to cut the oldest ones to let each scrape in. Scrapes go on past the
     # 5 s header deadline, so cut connections are reopened meanwhile.
     with SecureExporter(args) as exp:
+        before = thread_count(exp)
         slow = HeldSlowloris(exp.port, 500, seconds=90).start()
         try:
             deadline = time.monotonic() + 30
             while slow.open_now < 250:  # the attack is in place
                 assert time.monotonic() < deadline, f"only {slow.open_now} slow connections open"
                 time.sleep(0.2)
-            held = []
+            held, threads = [], []
             for _ in range(16):
                 status, body = exp.get("/metrics", timeout=20)
                 assert status == 200 and "# HELP" in body
                 held.append(slow.open_now)
+                threads.append(thread_count(exp))
                 time.sleep(0.5)
             assert exp.proc.poll() is None
+            # Connections still sending their request are read by one thread, whatever
+            # their number: none of the slow ones has a thread of its own.
+            assert max(threads) <= before + SCRAPE_THREADS, (before, threads)
             # and it stayed in place (the deadline cuts the slow ones together, and they
             # are back within a round)
             assert sorted(held)[len(held) // 2] >= 250, held
@@ -679,6 +698,30 @@ def test_a_request_line_without_a_proper_version_gets_400_with_a_status_line(lin
         assert exp.get("/metrics")[0] == 200
 
 
+def test_a_request_head_beyond_the_bound_gets_431_and_one_within_it_is_served():
+    with SecureExporter([]) as exp:
+        big = b"GET /metrics HTTP/1.0\r\nHost: x\r\n" + b"".join(b"X-Padding-%d: %s\r\n" % (i, b"a" * 1000) for i in range(40))
+        reply = raw_exchange(exp.port, big + b"\r\n")
+        assert reply.startswith(b"HTTP/1.0 431 "), reply[:200]
+        assert b"# HELP" not in reply
+        within = b"GET /metrics HTTP/1.0\r\nHost: x\r\n" + b"".join(b"X-Padding-%d: %s\r\n" % (i, b"a" * 1000) for i in range(16))
+        reply = raw_exchange(exp.port, within + b"\r\n")
+        assert reply.startswith(b"HTTP/1.0 200 ") and b"# HELP" in reply, reply[:200]
+
+
+def test_a_request_head_in_pieces_and_bare_newlines_is_served():
+    # What arrives in several segments, with LF line ends as some clients send, is one
+    # request all the same.
+    with SecureExporter([]) as exp, socket.create_connection(("127.0.0.1", exp.port), timeout=10) as s:
+        for piece in (b"GET /metr", b"ics HTTP/1.0\n", b"Host: x\n", b"\n"):
+            s.sendall(piece)
+            time.sleep(0.2)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.0 200 ") and b"# HELP" in reply, reply[:200]
+
+
 # -- basic authentication under attack ------------------------------------------------------------
 
 def checked_hashes(log: pathlib.Path) -> list[str]:
@@ -754,7 +797,56 @@ def test_a_wrong_password_flood_does_not_starve_a_scrape(tmp_path):
             stop.set()
             for t in threads:
                 t.join(60)
-        assert refused.count(401) > 0 and set(refused) <= {401, 503}
+        assert refused.count(401) > 0 and set(refused) <= {401, 429, 503}
+
+
+def test_a_first_check_from_another_client_waits_one_turn_not_behind_a_flood(tmp_path):
+    # Forty clients at 127.0.0.1 send wrong passwords for grafana (cost 10: tens of
+    # milliseconds of bcrypt each) without pause. Prometheus, at 127.0.0.2, asks for the
+    # first time, so its password is not remembered yet and needs bcrypt too. The bcrypt
+    # log shows how many flood checks started between its request and its own check: one
+    # turn of the flood's, and those already running, not the flood's whole queue.
+    grafana = bcrypt.hashpw(b"grafana-password", bcrypt.gensalt(10)).decode()
+    dear = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)).decode()
+    cfg = web_config(tmp_path, f"basic_auth_users:\n  grafana: {grafana}\n  prometheus: {dear}\n")
+    log = tmp_path / "bcrypt.log"
+    with SecureExporter([f"--web.config.file={cfg}"], auth=("grafana", "grafana-password"),
+                        env=double_env(GPUWAIT_TEST_BCRYPT_LOG=str(log))) as exp:
+        stop = threading.Event()
+        statuses: list[int] = []
+
+        def flood(n: int) -> None:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                try:
+                    statuses.append(http_get(exp.port, "/metrics", ("grafana", f"wrong-{n}-{i}"), timeout=30)[0])
+                except OSError:
+                    pass
+
+        threads = [threading.Thread(target=flood, args=(n,), daemon=True) for n in range(40)]
+        for t in threads:
+            t.start()
+        try:
+            start = len(checked_hashes(log))
+            wait_for_checks = time.monotonic() + 30
+            while len(checked_hashes(log)) < start + 10:  # the flood is being checked
+                assert time.monotonic() < wait_for_checks
+                time.sleep(0.05)
+            before = len(checked_hashes(log))
+            conn = http.client.HTTPConnection("127.0.0.1", exp.port, timeout=30, source_address=("127.0.0.2", 0))
+            token = base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
+            conn.request("GET", "/metrics", headers={"Authorization": f"Basic {token}"})
+            assert conn.getresponse().status == 200
+            conn.close()
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(60)
+        checks = checked_hashes(log)[before:]
+        ahead = checks.index(dear)
+        assert ahead <= 4, f"{ahead} flood checks went first"
+        assert statuses.count(401) > 0 and set(statuses) <= {401, 429, 503}
 
 
 # -- files in the web config ------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 Prometheus's scrape must get through whatever else connects, so every connection is bounded:
 the TLS handshake, the request header and the response each have a deadline, enforced by a
 reaper that shuts the socket down (a per-read timeout alone lets a client trickle one byte
-at a time forever); connections still sending their request form a large pool whose oldest
-member is cut when it is full; at most ``--web.max-connections`` requests are answered at
+at a time forever); connections still sending their request form a large pool, read by one
+thread for all of them (see pending.py), whose oldest member is cut when it is full; a
+connection gets a thread once its request has arrived; at most ``--web.max-connections`` requests are answered at
 once, and past that a new one is answered 503; at most ``--web.max-requests`` of them may be
 metrics requests, beyond which they get 503 too, as with node_exporter. The accept loop
 never waits (see ConnectionGuard). TLS and basic authentication come from ``--web.config.file``
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import html
+import io
 import logging
 import socket
 import ssl
@@ -30,7 +32,9 @@ from prometheus_client.registry import Collector
 
 from gpuwait import __version__
 from gpuwait.core.errors import ConfigError
-from gpuwait.exposition.webconfig import WebConfig, WebConfigSource, peer_sans
+from gpuwait.exposition.pending import PendingConnection, PendingConnections
+from gpuwait.exposition.turns import TurnsFull
+from gpuwait.exposition.webconfig import WebConfig, WebConfigSource
 
 log = logging.getLogger("gpuwait.server")
 
@@ -45,9 +49,10 @@ RESPONSE_TIMEOUT_SECONDS = 60.0
 #: A connection answered for longer than this may be cut to make room for a new request.
 STALE_AFTER_SECONDS = 15.0
 #: Connections still handshaking or sending their request, per --web.max-connections: a
-#: slow client costs a blocked thread and a descriptor, no CPU, so there is room for many
-#: more of them than of requests being answered. The larger this pool, the more slow
-#: clients it takes to push out a real one in the milliseconds its GET takes to arrive.
+#: slow client costs a descriptor and its bytes so far (pending.MAX_REQUEST_HEAD_BYTES at
+#: most), no thread and no CPU, so there is room for many more of them than of requests
+#: being answered. The larger this pool, the more slow clients it takes to push out a real
+#: one in the milliseconds its GET takes to arrive.
 PENDING_PER_CONNECTION = 8
 
 
@@ -70,7 +75,7 @@ def parse_listen_address(address: str) -> tuple[str, int]:
 class _Connection:
     """One accepted connection as the guard sees it."""
 
-    __slots__ = ("fd", "family", "accepted", "deadline", "phase", "cut", "config", "tls")
+    __slots__ = ("fd", "family", "accepted", "deadline", "phase", "cut", "config", "tls", "head", "head_too_large")
 
     def __init__(self, sock: socket.socket, now: float) -> None:
         self.fd = sock.fileno()
@@ -85,6 +90,9 @@ class _Connection:
         #: The TLS wrapper, which owns the descriptor once made: kept here so that it is
         #: closed only after the guard has let go of the connection, even on an error.
         self.tls: ssl.SSLSocket | None = None
+        #: The request head as read by PendingConnections, and whether it was cut short.
+        self.head = b""
+        self.head_too_large = False
 
     @property
     def pending(self) -> bool:
@@ -231,6 +239,7 @@ class _Server(ThreadingHTTPServer):
         self.max_requests = max_requests
         self._in_flight = 0
         self._in_flight_lock = threading.Lock()
+        self.pending = PendingConnections(self.guard, self._dispatch, self._let_go)
         super().__init__(address, handler)
 
     def start_request(self) -> bool:
@@ -251,48 +260,49 @@ class _Server(ThreadingHTTPServer):
             log.debug("no room for a new connection; closing it (%s)", client_address[0])
             self.shutdown_request(request)
             return
-        t = threading.Thread(target=self._serve_connection, args=(request, client_address, conn), daemon=True)
-        t.start()
+        config = conn.config = self.web.current()
+        if config.ssl_context is not None:
+            self.guard.handshake(conn)
+        self.pending.add(request, client_address, conn, config)
 
-    def _serve_connection(self, request: socket.socket, client_address, conn: _Connection) -> None:
+    def _dispatch(self, pending: PendingConnection, work: str) -> None:
+        """The request head has arrived (or a plain HTTP client knocked on a TLS port):
+        from here on the connection has a thread of its own."""
+        target = self._answer if work == "request" else self._refuse_plain_http
         try:
-            config = self.web.current()
-            conn.config = config
-            sock = request
-            if config.ssl_context is not None:
-                sock = self._start_tls(request, config, conn)
-            if sock is not None:
-                self.guard.request(conn)
-                self.RequestHandlerClass(sock, client_address, self, conn)
-        except Exception as e:  # a client hanging up or failing TLS must not spam the log
-            log.debug("connection from %s ended: %s", client_address[0], e)
-        finally:
-            self.guard.release(conn)
-            for s in (conn.tls, request):
-                if s is not None:
-                    try:
-                        s.close()
-                    except OSError:
-                        pass
+            threading.Thread(target=target, args=(pending,), daemon=True).start()
+        except RuntimeError:  # no thread to be had: the client will retry
+            self._let_go(pending)
 
-    def _start_tls(self, raw: socket.socket, config: WebConfig, conn: _Connection) -> ssl.SSLSocket | None:
-        self.guard.handshake(conn)
-        raw.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
-        head = raw.recv(1, socket.MSG_PEEK)
-        if not head:
-            return None
-        if head[0] != 0x16:  # not a TLS handshake record: most likely plain HTTP
-            _refuse_plain_http(raw)
-            return None
-        tls = conn.tls = config.ssl_context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
-        tls.do_handshake()
-        if config.client_allowed_sans is not None and not (peer_sans(tls.getpeercert()) & config.client_allowed_sans):
-            log.debug("client certificate has none of the allowed SANs")
-            return None
-        return tls
+    def _answer(self, pending: PendingConnection) -> None:
+        try:
+            self.RequestHandlerClass(pending.sock, pending.address, self, pending.conn)
+        except Exception as e:  # a client hanging up must not spam the log
+            log.debug("connection from %s ended: %s", pending.address[0], e)
+        finally:
+            self._let_go(pending)
+
+    def _refuse_plain_http(self, pending: PendingConnection) -> None:
+        try:
+            pending.raw.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
+            _refuse_plain_http(pending.raw)
+        finally:
+            self._let_go(pending)
+
+    def _let_go(self, pending: PendingConnection) -> None:
+        """Release from the guard first, then close: while registered, the descriptor is
+        the connection's own (see ConnectionGuard)."""
+        self.guard.release(pending.conn)
+        for s in (pending.conn.tls, pending.raw):
+            if s is not None:
+                try:
+                    s.close()
+                except OSError:
+                    pass
 
     def server_close(self) -> None:
         self.guard.stop()
+        self.pending.stop()
         super().server_close()
 
 
@@ -388,6 +398,13 @@ def make_server(
             self.conn = conn
             super().__init__(request, client_address, server)
 
+        def setup(self) -> None:
+            super().setup()
+            # The head was read before this thread existed (see PendingConnections); one
+            # request per connection (HTTP/1.0, no bodies served), so it is all there is.
+            self.rfile.close()
+            self.rfile = io.BytesIO(self.conn.head)
+
         def version_string(self) -> str:  # no Python version for a scanner to match on
             return self.server_version
 
@@ -397,11 +414,9 @@ def make_server(
             if len(words) == 2:
                 # HTTP/0.9 has neither status line nor headers: a proxy or scanner would take
                 # the body alone as the reply. Refuse it, in HTTP/1.0.
-                self.command, self.request_version, self.close_connection = None, "HTTP/1.0", True
-                self.requestline = " ".join(words)
-                guard.refused(self.conn)
-                self.send_error(400, "Request line has no HTTP version (HTTP/0.9 is not served)")
-                return False
+                return self._refuse_early(words, 400, "Request line has no HTTP version (HTTP/0.9 is not served)")
+            if self.conn.head_too_large:
+                return self._refuse_early(words, 431, "Request header too large")
             if not super().parse_request():
                 guard.refused(self.conn)
                 return False
@@ -412,6 +427,13 @@ def make_server(
                 return False
             return True
 
+        def _refuse_early(self, words: list[str], code: int, message: str) -> bool:
+            self.command, self.request_version, self.close_connection = None, "HTTP/1.0", True
+            self.requestline = " ".join(words)
+            self.server.guard.refused(self.conn)
+            self.send_error(code, message)
+            return False
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             config = self.conn.config
             path = self.path.split("?", 1)[0]
@@ -421,9 +443,15 @@ def make_server(
                 return
             if config.users and path not in config.auth_excluded_paths:
                 guard, conn = self.server.guard, self.conn
-                if not web.authenticator.check(config, self.headers.get("Authorization"),
-                                               queued=lambda: guard.auth_queue(conn),
-                                               turn=lambda waiting: guard.auth_turn(conn, waiting)):
+                try:
+                    allowed = web.authenticator.check(config, self.headers.get("Authorization"), self.client_address[0],
+                                                      queued=lambda: guard.auth_queue(conn),
+                                                      turn=lambda waiting: guard.auth_turn(conn, waiting))
+                except TurnsFull:
+                    self._reply(429, "text/plain; charset=utf-8", b"too many authentication attempts waiting\n",
+                                {"Retry-After": "1"})
+                    return
+                if not allowed:
                     self._reply(401, "text/plain; charset=utf-8", b"Unauthorized\n",
                                 {"WWW-Authenticate": 'Basic realm="gpuwait", charset="UTF-8"'})
                     return

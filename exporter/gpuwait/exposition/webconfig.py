@@ -37,6 +37,7 @@ import yaml
 
 from gpuwait.core.config import parse_duration
 from gpuwait.core.errors import ConfigError
+from gpuwait.exposition.turns import FairTurns
 
 log = logging.getLogger("gpuwait.webconfig")
 
@@ -474,14 +475,17 @@ class Authenticator:
     bcrypt and without waiting behind anyone. Only successes are remembered, one per user
     and stored hash (a hash has one password), so a flood of wrong passwords cannot push
     Prometheus's entry out; those wrong passwords take turns on at most
-    ``CONCURRENT_CHECKS`` cores.
+    ``CONCURRENT_CHECKS`` cores, shared fairly between clients (see turns.FairTurns), so
+    that a check not yet remembered (the first after a start or a reload) waits for one
+    turn per other client waiting, not for the whole of a flood.
     """
 
     #: How long a verified password is answered from memory; changing the user's hash in
     #: the web config ends it at once, as the hash is part of what is remembered.
     CACHE_SECONDS = 60.0
     CONCURRENT_CHECKS = 2
-    WAIT_POLL_SECONDS = 0.05
+    #: Checks one client (address and user) may have waiting; past it, refused at once.
+    WAITING_PER_CLIENT = 4
 
     def __init__(self) -> None:
         # Remembered passwords are kept as keyed digests, never as themselves.
@@ -489,16 +493,17 @@ class Authenticator:
         #: (user, stored hash) -> (digest of the password, expiry on the monotonic clock)
         self._verified: dict[tuple[str, bytes], tuple[bytes, float]] = {}
         self._lock = threading.Lock()
-        self._bcrypt_slots = threading.BoundedSemaphore(self.CONCURRENT_CHECKS)
+        self._bcrypt_turns = FairTurns(self.CONCURRENT_CHECKS, self.WAITING_PER_CLIENT)
         #: bcrypt checks run, for tests and debugging.
         self.bcrypt_checks = 0
 
-    def check(self, config: WebConfig, authorization: str | None,
+    def check(self, config: WebConfig, authorization: str | None, peer: str = "",
               queued: Callable[[], None] | None = None, turn: Callable[..., bool] | None = None) -> bool:
-        """``queued`` is called before waiting for a turn at bcrypt, ``turn`` while waiting
-        and when the turn comes: False (the connection was cut meanwhile) gives up the
-        wait, so that a cut connection lets go of its thread at once, not after the
-        queue of checks ahead of it."""
+        """``peer`` is the client's address. ``queued`` is called before waiting for a turn
+        at bcrypt, ``turn`` while waiting and when the turn comes: False (the connection
+        was cut meanwhile) gives up the wait, so that a cut connection lets go of its
+        thread at once, not after the queue of checks ahead of it. Raises TurnsFull when
+        this client already has its share of checks waiting."""
         credentials = _basic_credentials(authorization)
         if credentials is None:
             return False
@@ -518,9 +523,8 @@ class Authenticator:
             return known
         if queued is not None:
             queued()
-        while not self._bcrypt_slots.acquire(timeout=self.WAIT_POLL_SECONDS):
-            if turn is not None and not turn(waiting=True):
-                return False
+        if not self._bcrypt_turns.acquire((peer, user), lambda: turn is None or turn(waiting=True)):
+            return False
         try:
             if turn is not None and not turn(waiting=False):
                 return False
@@ -532,7 +536,7 @@ class Authenticator:
             except ValueError:
                 ok = False
         finally:
-            self._bcrypt_slots.release()
+            self._bcrypt_turns.release()
         if ok and known:
             with self._lock:
                 self._verified[(user, hashed)] = (digest, time.monotonic() + self.CACHE_SECONDS)
