@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 import pathlib
+import re
 import shutil
 import signal
 import threading
@@ -181,6 +182,36 @@ def test_a_read_that_hangs_is_noticed_withdraws_its_series_and_recovers_when_the
         no_crash(exp)
         log = exp.log()
     assert "source cpu: timeout" in log and "recovered from timeout" in log
+
+
+def test_one_hung_hca_counter_costs_that_counter_not_the_other_hca(tmp_path):
+    """One HCA's port_xmit_data becomes a FIFO nobody writes (a counter query the firmware
+    never answers). The first read to reach it hangs, and the source is down for that read;
+    the retry does not read the file again, whose earlier read has not returned, but counts
+    it as timeout:<path>, so both HCAs' other counters and the other HCA's transmit counter
+    are back; restoring the file brings its counter back too."""
+    tree = copy_host(tmp_path)
+    hung = tree / "sys" / IB_PORT / "counters" / "port_xmit_data"
+    healthy = hung.read_text()
+    other = dict(device="mlx5_1", port="1", link_layer="Ethernet")
+    args = [*tree_args(tree), *QUICK, *only("rdma", "cpu")]
+    with ExporterProcess(args) as exp:
+        exp.wait_for(lambda s: value(s, "gpuwait_rdma_port_transmit_bytes_total", **IB) is not None
+                     and value(s, "gpuwait_rdma_port_transmit_bytes_total", **other) is not None)
+        hung.unlink()
+        os.mkfifo(hung)
+        exp.wait_for(lambda s: value(s, "gpuwait_source_up", source="rdma_traffic") == 0.0, timeout=30.0)
+        samples = exp.wait_for(lambda s: s if value(s, "gpuwait_source_up", source="rdma_traffic") == 1.0 else None,
+                               timeout=60.0)
+        assert value(samples, "gpuwait_rdma_port_transmit_bytes_total", **IB) is None
+        assert value(samples, "gpuwait_rdma_port_receive_bytes_total", **IB) is not None
+        assert value(samples, "gpuwait_rdma_port_transmit_bytes_total", **other) is not None
+        assert value(samples, "gpuwait_rdma_port_receive_bytes_total", **other) is not None
+        assert re.search(r"timeout:\S*/infiniband/mlx5_0/ports/1/counters/port_xmit_data \(part of", exp.log())
+        hung.unlink()
+        hung.write_text(healthy)
+        exp.wait_for(lambda s: value(s, "gpuwait_rdma_port_transmit_bytes_total", **IB) is not None, timeout=30.0)
+        no_crash(exp)
 
 
 def test_one_malformed_core_line_costs_that_core_only(tmp_path):

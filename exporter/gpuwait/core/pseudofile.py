@@ -12,11 +12,19 @@ Three ways to read, by what a failure means to the caller:
   its absence is ``None``, any other failure a SourceError.
 * ``read``: the caller classifies the OSError itself (sysfs attributes whose errno says
   "not offered by this driver"); ``os_cause`` gives the same cause keys.
+
+``read_unless_hung`` is ``read`` for a source that reads many files of independent devices,
+any of which may hang in its driver (an HCA's counters are queried from its firmware): a
+file whose earlier read has not returned is not read again, which would only block one
+more thread, but reported at once as ``timeout:<path>``, so that after one hung read the
+source is back with everything but that file.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import threading
 
 from gpuwait.core.errors import SourceError
 
@@ -31,19 +39,85 @@ def read_bytes(path: str, limit: int | None = None) -> bytes:
     is generated whole); raises OSError."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        if limit is not None:
-            return os.read(fd, limit)
-        chunks = []
-        while chunk := os.read(fd, _CHUNK):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return _read_descriptor(fd, limit)
     finally:
         os.close(fd)
+
+
+def _read_descriptor(fd: int, limit: int | None) -> bytes:
+    if limit is not None:
+        return os.read(fd, limit)
+    chunks = []
+    while chunk := os.read(fd, _CHUNK):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def read(path: str, limit: int | None = None) -> str:
     """The file's text (UTF-8, undecodable bytes replaced); raises OSError."""
     return read_bytes(path, limit).decode("utf-8", errors="replace")
+
+
+class StillReading(OSError):
+    """An earlier read of the same file has not returned."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(errno.ETIMEDOUT, "an earlier read of this file has not returned", path)
+
+
+class _InFlight:
+    __slots__ = ("fd", "identity")
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        #: (st_dev, st_ino) of what it reads, worked out only once a second read comes.
+        self.identity: tuple[int, int] | None = None
+
+
+_in_flight: dict[str, list[_InFlight]] = {}
+_in_flight_lock = threading.Lock()
+
+
+def _identity(stat: os.stat_result) -> tuple[int, int]:
+    return stat.st_dev, stat.st_ino
+
+
+def read_unless_hung(path: str, limit: int | None = None) -> str:
+    """``read``, or StillReading when an earlier read of the same file is still blocked.
+    The same file: a path restored after a hang (a new file, or a device re-created) is
+    read again at once, while the old read may stay blocked on what was there."""
+    with _in_flight_lock:
+        earlier = _in_flight.get(path)
+        if earlier:
+            try:
+                now = _identity(os.stat(path))
+            except OSError:
+                now = None
+            for reading in earlier:
+                if reading.identity is None:
+                    # Blocked in read: its descriptor says what; blocked in open (a FIFO, an
+                    # automount): what the path names now is what it waits on.
+                    try:
+                        reading.identity = _identity(os.fstat(reading.fd)) if reading.fd is not None else now
+                    except OSError:
+                        reading.identity = now
+                if now is not None and reading.identity == now:
+                    raise StillReading(path)
+        mine = _InFlight()
+        _in_flight.setdefault(path, []).append(mine)
+    fd = None
+    try:
+        fd = mine.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        data = _read_descriptor(fd, limit)
+    finally:
+        with _in_flight_lock:  # before the close: the descriptor must not be fstat-ed once reused
+            readings = _in_flight[path]
+            readings.remove(mine)
+            if not readings:
+                del _in_flight[path]
+        if fd is not None:
+            os.close(fd)
+    return data.decode("utf-8", errors="replace")
 
 
 def os_cause(path: str, error: OSError) -> str:
@@ -52,6 +126,8 @@ def os_cause(path: str, error: OSError) -> str:
         return f"missing:{path}"
     if isinstance(error, PermissionError):
         return f"permission:{path}"
+    if isinstance(error, StillReading):
+        return f"timeout:{path}"
     return f"unreadable:{path}"
 
 

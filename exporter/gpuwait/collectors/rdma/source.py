@@ -72,7 +72,9 @@ _ATTRIBUTE_BYTES = 4096
 
 
 def _read(path: str) -> str:
-    return pseudofile.read(path, _ATTRIBUTE_BYTES)
+    # Counters are queried from the HCA's firmware, which may not answer: a hung one costs
+    # that file, not every port (see pseudofile.read_unless_hung).
+    return pseudofile.read_unless_hung(path, _ATTRIBUTE_BYTES)
 
 
 _os_cause = pseudofile.os_cause
