@@ -175,12 +175,12 @@ def test_ready_once_every_source_has_been_tried():
     a, b = ScriptedSource(), ScriptedSource()
     b.outcome = SourceError("missing:/proc/x", "gone")
     sampler = sampler_with({"a": a, "b": b})
-    assert not sampler.ready()
+    assert sampler.not_ready() == ["source a not read yet", "source b not read yet"]
     sampler.sample_once(sampler.states["a"])
-    assert not sampler.ready()
+    assert sampler.not_ready() == ["source b not read yet"]
     sampler.sample_once(sampler.states["b"])
     # A failing source still counts as tried: readiness must not wait on an absent device.
-    assert sampler.ready()
+    assert sampler.not_ready() == []
 
 
 # -- failures ------------------------------------------------------------------------------

@@ -343,9 +343,6 @@ class Sampler:
                 reasons.append(f"source {name} not read yet")
         return reasons
 
-    def ready(self) -> bool:
-        return not self.not_ready()
-
     # -- shared schedules ------------------------------------------------------------------
     def _run_tier(self, tier: _Tier) -> None:
         interval = tier.interval
