@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -232,6 +233,83 @@ def test_an_existing_service_account_is_granted_and_used_not_created():
     # Without a name the grant would go to the namespace's default account: refused instead.
     with pytest.raises(helm_python.HelmError, match="serviceAccount.name"):
         render({"serviceAccount": {"create": False}})
+
+
+# -- resources against the measured cost ------------------------------------------------------------
+
+PERFORMANCE = REPO / "docs" / "performance.md"
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def measured_cost() -> tuple[list[float], list[float]]:
+    """Every figure of docs/performance.md for the exporter with its GPUs: average CPU in % of
+    one core and peak RSS in MB, from its tables as they are laid out (the per-size table, the
+    before/after tables, the big node's own table)."""
+    cpu: list[float] = []
+    rss: list[float] = []
+    header: list[str] = []
+    for line in PERFORMANCE.read_text().splitlines():
+        if not line.startswith("|"):
+            header = []
+            continue
+        cells = _cells(line)
+        if not header:
+            header = cells
+            continue
+        if set(line) <= set("|-: "):
+            continue
+        row = dict(zip(header, cells))
+        label = cells[0]
+
+        def first(column: str) -> list[float]:
+            return [float(NUMBER.search(row[column])[0])] if NUMBER.search(row.get(column, "")) else []
+
+        def before_after() -> list[float]:
+            return [float(n) for column in ("before", "after") for n in NUMBER.findall(row.get(column, ""))]
+
+        if "gpuwait CPU %" in row and "RSS peak MB" in row:
+            cpu += first("gpuwait CPU %")
+            rss += first("RSS peak MB")
+        elif label.startswith("gpuwait, CPU % of one core"):
+            cpu += before_after()
+        elif label.startswith("RSS peak, MB, with GPUs"):
+            rss += before_after()
+        elif "gpuwait" in row and label == "CPU, % of one core":
+            cpu += first("gpuwait")
+        elif "gpuwait" in row and label == "RSS peak, MB":
+            rss += first("gpuwait")
+    return cpu, rss
+
+
+def cores(quantity: str) -> float:
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def mebibytes(quantity: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
+    return float(quantity[:-2]) * units[quantity[-2:]]
+
+
+def test_resources_cover_the_measured_cost_on_a_big_node():
+    """The exporter's request holds what docs/performance.md measured on the big node (so the
+    scheduler reserves it), the memory limit twice the worst peak, the CPU limit a whole core
+    (the analysis pass runs in one thread, and throttling it would delay the 10 Hz sampling).
+    A new measurement above the chart's figures, or a chart trimmed below them, fails here."""
+    cpu, rss = measured_cost()
+    # One figure per table the parser knows: a reshaped document must not pass by measuring nothing.
+    assert len(cpu) >= 4 and len(rss) >= 4, (cpu, rss)
+    spec = one(render(), "DaemonSet")["spec"]["template"]["spec"]
+    (exporter,) = [c for c in spec["containers"] if c["name"] == "gpuwait"]
+    requests, limits = exporter["resources"]["requests"], exporter["resources"]["limits"]
+    # MB as measured (VmHWM) read as MiB: the larger of the two.
+    assert cores(requests["cpu"]) >= max(cpu) / 100, (requests, max(cpu))
+    assert mebibytes(requests["memory"]) >= max(rss), (requests, max(rss))
+    assert mebibytes(limits["memory"]) >= 2 * max(rss), (limits, max(rss))
+    assert cores(limits["cpu"]) >= 1, limits
 
 
 # -- the same rules and dashboards ------------------------------------------------------------------
