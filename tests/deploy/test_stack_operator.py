@@ -12,8 +12,8 @@ targets carry the Operator's labels (job "gpuwait" from the Service's jobLabel, 
 namespace and pod) and the exporter's owner labels survive them; the verdict; the cross-node
 recording rules group the three pods into one workload named after their owner and single
 out the slow node; the alerts reach the receivers of the release's namespace, inhibited as the
-chart's routes say and by nothing of the stack's own; the health alerts follow the Operator's
-job label. The kustomize overlay gives Prometheus the same scrape job and rules as the chart.
+chart's routes say and by nothing of the stack's own (its InfoInhibitor could mute gpuwait's info
+alerts only, checked rule by rule); the health alerts follow the Operator's job label. The kustomize overlay gives Prometheus the same scrape job and rules as the chart.
 
 The ServiceMonitor scrapes every 2 s and the rules are evaluated every second, the exporters
 analyse a 20 s window and the rules' durations are cut to seconds (mixin values), so the module
@@ -376,6 +376,24 @@ def test_the_stacks_own_inhibitions_mute_none_of_gpuwaits_alerts(warm, straggler
     assert all(len(s) == 1 for s in severities.values()), {n: s for n, s in severities.items() if len(s) > 1}
     assert {f"{n}NoImpact" for n in ("GpuSyncStraggler", "GpuWaitingOnNetwork")} <= names
 
+
+
+def test_the_stacks_info_inhibitor_mutes_only_gpuwaits_info_alerts(warm):
+    """kube-prometheus-stack's InfoInhibitor (general.rules) fires, with severity none, for each
+    info alert of a namespace while no warning or critical fires there, and mutes that
+    namespace's info alerts. gpuwait's alerts share the release's namespace, so this is what
+    docs/deploy.md tells: the context alerts (info) are muted in Alertmanager while nothing of
+    gpuwait's warns, and no warning or critical of gpuwait ever is."""
+    stack_rules = kube_stack.stack_alertmanager()["inhibit_rules"]
+    inhibitor = {"fingerprint": "info-inhibitor", "labels": {
+        "alertname": "InfoInhibitor", "severity": "none", "namespace": NAMESPACE}}
+    severities = {r["alert"]: r["labels"]["severity"] for g in warm.rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    assert {"info", "warning", "critical"} <= set(severities.values())
+    for name, severity in severities.items():
+        alert = {"fingerprint": name, "labels": {"alertname": name, "severity": severity, "namespace": NAMESPACE}}
+        assert kube_stack.inhibited_by_config(alert, [inhibitor], stack_rules) == (severity == "info"), (name, severity)
+        elsewhere = {**inhibitor, "labels": {**inhibitor["labels"], "namespace": "monitoring"}}
+        assert not kube_stack.inhibited_by_config(alert, [elsewhere], stack_rules), name
 
 # -- health alerts under the Operator's job label -------------------------------------------------
 
