@@ -433,6 +433,27 @@ def test_the_nfs_option_runs_only_the_copy_as_root():
     assert "--collector.nfs.mountstats-path=/run/gpuwait/mountstats/mountstats" in exporter["args"]
 
 
+
+def notes(values: dict | None = None) -> str:
+    manifests = helm_python.Chart.load(str(CHART)).render(values or {}, name="gpuwait", namespace="gpuwait")
+    (text,) = [t for template, t in manifests.items() if template.endswith("NOTES.txt")]
+    return text
+
+
+@pytest.mark.parametrize("values, nfs, network", [
+    ({}, True, False),
+    ({"hostMountstats": {"enabled": True}}, False, False),
+    ({"hostNetwork": False}, True, True),
+], ids=["defaults", "host-mountstats", "pod-network"])
+def test_the_install_notes_say_which_host_evidence_the_pod_cannot_see(values, nfs, network):
+    """Without the copier the NFS source reads the pod's own mounts and reports no data, which
+    from the metrics alone reads like a node without NFS; without hostNetwork the NICs are the
+    pod's veth. The notes after `helm install` say so, instead of the evidence going missing
+    silently."""
+    text = notes(values)
+    assert ("hostMountstats.enabled=true" in text) is nfs, text
+    assert ("hostNetwork=false" in text) is network, text
+
 def test_the_readers_script_copies_the_file_whole(tmp_path):
     """The sidecar's own command, run for real against a stand-in /host/proc."""
     spec = one(render({"hostMountstats": {"enabled": True}}), "DaemonSet")["spec"]["template"]["spec"]
