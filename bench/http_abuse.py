@@ -489,11 +489,13 @@ def report(runs: list[dict], args) -> None:
             for n in names:
                 vals = values[n]
                 if all(isinstance(v, (int, float)) for v in vals):
-                    row += compare.spread([float(v) for v in vals]).rjust(24) if len(vals) > 1 else number(vals[0]).rjust(24)
+                    cell = compare.spread([float(v) for v in vals]) if len(vals) > 1 else number(vals[0])
                 else:
-                    row += " ".join(json.dumps(v) if isinstance(v, dict) else number(v) for v in vals).rjust(24)
+                    cell = " ".join(json.dumps(v) if isinstance(v, dict) else number(v) for v in vals)
+                # A space before every cell: a mean with its spread can be wider than the column.
+                row += " " + cell.rjust(23)
             ratios = [ratio(a, b) for a, b in zip(values["gpuwait"], values["node_exporter"])]
-            row += (compare.spread(ratios) if all(q is not None for q in ratios) else "-").rjust(28)
+            row += " " + (compare.spread(ratios) if all(q is not None for q in ratios) else "-").rjust(27)
             print(row)
 
 
