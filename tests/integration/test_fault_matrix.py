@@ -18,12 +18,12 @@ file garbage from the start                test_exporter_process.py::test_failin
 SIGTERM / SIGINT while idle                test_exporter_process.py::test_signal_stops_cleanly
 =========================================  ==========================================================
 
-Rows here: a file replaced by a FIFO that never answers, then restored; one malformed core
-line in /proc/stat; a file truncated, then filled with garbage, mid-run; 32-bit IB data counters that
-wrap and 64-bit ones that reset; thousands of short-lived processes on a GPU; a 2,000-line
-/proc/stat; the wall clock stepping while the monotonic clock does not; SIGTERM during
-scrapes; SIGHUP reloading the configuration; a bad configuration, an alias bomb, on reload;
-SIGTERM during a reload that takes seconds to parse.
+Rows here: /proc/stat or /proc/diskstats, or one RDMA counter, replaced by a FIFO that never
+answers, then restored; one malformed core line in /proc/stat; a file truncated, then filled
+with garbage, mid-run; 32-bit IB data counters that wrap and 64-bit ones that reset; thousands
+of short-lived processes on a GPU; a 2,000-line /proc/stat; the wall clock stepping while the
+monotonic clock does not; SIGTERM during scrapes; SIGHUP reloading the configuration; a bad
+configuration, an alias bomb, on reload; SIGTERM during a reload that takes seconds to parse.
 """
 
 from __future__ import annotations
@@ -151,37 +151,50 @@ def test_truncated_then_garbage_file_costs_only_its_source_and_recovers(tmp_path
     assert "recovered" in log
 
 
-def test_a_read_that_hangs_is_noticed_withdraws_its_series_and_recovers_when_the_file_answers(tmp_path):
-    """/proc/stat replaced by a FIFO nobody writes: the open blocks in the kernel for ever.
-    Within the read deadline (10 s, sampler.READ_DEADLINE_FLOOR_SECONDS) the source is down with
-    cause timeout, its series are gone rather than frozen, readiness names it, the other
-    sources go on; once a regular file is back, a retry on a fresh thread reads it."""
+#: Per source: its procfs file, the series only it feeds, and sources that must go on meanwhile
+#: (netdev's series are checked by name below). Each is read in turn with the others on one
+#: sampling thread until its hang moves it to a thread of its own, and the others must not
+#: wait behind it meanwhile.
+HUNG_FILES = {
+    "cpu": ("stat", ("gpuwait_cpu_seconds_total", "gpuwait_procs_running"), ("pressure", "netdev")),
+    "diskstats": ("diskstats", ("gpuwait_disk_reads_completed_total",), ("cpu", "netdev")),
+}
+
+
+@pytest.mark.parametrize("source", sorted(HUNG_FILES))
+def test_a_read_that_hangs_is_noticed_withdraws_its_series_and_recovers_when_the_file_answers(tmp_path, source):
+    """The source's procfs file replaced by a FIFO nobody writes: the open blocks in the
+    kernel for ever. Within the read deadline (10 s, sampler.READ_DEADLINE_FLOOR_SECONDS) the
+    source is down with cause timeout, its series are gone rather than frozen, readiness names
+    it, the other sources go on; once a regular file is back, a retry on a fresh thread reads it."""
+    name, series, others = HUNG_FILES[source]
     tree = copy_host(tmp_path)
-    stat = tree / "proc" / "stat"
-    healthy = stat.read_text()
-    args = [*tree_args(tree), *QUICK, *only("cpu", "pressure", "netdev")]
+    path = tree / "proc" / name
+    healthy = path.read_text()
+    args = [*tree_args(tree), *QUICK, *only(source, *others)]
     with ExporterProcess(args) as exp:
-        exp.wait_for(lambda s: value(s, "gpuwait_source_up", source="cpu") == 1.0 and s.get("gpuwait_cpu_seconds_total"))
-        stat.unlink()
-        os.mkfifo(stat)
-        samples = exp.wait_for(lambda s: s if value(s, "gpuwait_source_up", source="cpu") == 0.0 else None, timeout=30.0)
-        assert "gpuwait_cpu_seconds_total" not in samples and "gpuwait_procs_running" not in samples
-        assert value(samples, "gpuwait_source_reading_age_seconds", source="cpu") is None
-        assert value(samples, "gpuwait_source_errors_total", source="cpu") >= 1
-        for source in ("pressure", "netdev"):
-            assert value(samples, "gpuwait_source_up", source=source) == 1.0
-            assert value(samples, "gpuwait_source_reading_age_seconds", source=source) < 5.0
+        exp.wait_for(lambda s: value(s, "gpuwait_source_up", source=source) == 1.0 and s.get(series[0]))
+        path.unlink()
+        os.mkfifo(path)
+        samples = exp.wait_for(lambda s: s if value(s, "gpuwait_source_up", source=source) == 0.0 else None, timeout=30.0)
+        for name_ in series:
+            assert name_ not in samples
+        assert value(samples, "gpuwait_source_reading_age_seconds", source=source) is None
+        assert value(samples, "gpuwait_source_errors_total", source=source) >= 1
+        for other in others:
+            assert value(samples, "gpuwait_source_up", source=other) == 1.0
+            assert value(samples, "gpuwait_source_reading_age_seconds", source=other) < 5.0
         assert samples.get("gpuwait_network_receive_bytes_total")
         code, body = exp.get("/-/ready")
-        assert code == 503 and "source cpu stale" in body, body
+        assert code == 503 and f"source {source} stale" in body, body
         assert exp.get("/-/healthy")[0] == 200
-        stat.unlink()
-        stat.write_text(healthy)
-        exp.wait_for(lambda s: value(s, "gpuwait_source_up", source="cpu") == 1.0 and s.get("gpuwait_cpu_seconds_total"), timeout=40.0)
+        path.unlink()
+        path.write_text(healthy)
+        exp.wait_for(lambda s: value(s, "gpuwait_source_up", source=source) == 1.0 and s.get(series[0]), timeout=40.0)
         assert exp.get("/-/ready")[0] == 200
         no_crash(exp)
         log = exp.log()
-    assert "source cpu: timeout" in log and "recovered from timeout" in log
+    assert f"source {source}: timeout" in log and "recovered from timeout" in log
 
 
 def test_one_hung_hca_counter_costs_that_counter_not_the_other_hca(tmp_path):

@@ -208,3 +208,23 @@ def test_process_replay_stopped_on_an_error_is_not_ready(tmp_path):
         proc.terminate()
         _, stderr = proc.communicate(timeout=30)
     assert "Traceback" not in stderr, stderr
+
+
+def test_process_record_file_through_a_symlink_is_refused_and_its_target_kept(tmp_path):
+    # The exporter itself, not only TraceWriter: the file must be checked before anything
+    # opens it for writing, or the target is truncated before the refusal.
+    import subprocess
+    import sys
+
+    from support import REPO
+
+    target = tmp_path / "precious"
+    target.write_text("keep me")
+    link = tmp_path / "trace.jsonl"
+    os.symlink(target, link)
+    r = subprocess.run([sys.executable, "-m", "gpuwait", "--web.listen-address=127.0.0.1:0", "--no-collector.gpu",
+                        f"--record.file={link}"], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(link) in lines[0] and "symbolic link" in lines[0], r.stderr
+    assert target.read_text() == "keep me"
