@@ -193,6 +193,64 @@ def test_the_short_window_raises_a_dominant_new_wait_only():
     assert _raised("data_pipeline", _attr(0.9, insufficient_work=0.9), _rules()) == "data_pipeline"
 
 
+def test_clock_limits_are_raised_from_the_short_window(settings):
+    # A power brake asserted a few seconds ago: the recent busy time is mostly clock-limited,
+    # the window's is not yet. The driver says so itself: nothing is left for the long window.
+    braked = Attribution(100, 0.02, dict.fromkeys(CAUSES, 0.0), 0.6)
+    assert _raised("none", braked, _rules()) == "throttled"
+    # The look-alike: clocks held down now and then, under the share that makes a GPU throttled.
+    brief = Attribution(100, 0.02, dict.fromkeys(CAUSES, 0.0), 0.1)
+    assert _raised("none", brief, _rules()) == "none"
+
+
+def _link_inputs(rates, times):
+    # Received bytes of one RoCE port, as the rdma_traffic window holds them; nothing sent.
+    counter, total = [], 0.0
+    for i, r in enumerate(rates):
+        total += r * (times[i] - times[i - 1]) if i else 0.0
+        counter.append(total)
+    port = ("mlx5_0", "1", "Ethernet")
+    view = WindowView(list(times), {("rx", *port): counter, ("tx", *port): [0.0] * len(times)})
+    return AnalysisInputs(views={"rdma_traffic": view}, stats={}, latest={}, end=times[-1])
+
+
+def test_a_congested_link_is_judged_against_its_own_recent_bursts(settings):
+    from gpuwait.analysis.evidence.network import Network
+
+    # Steps of 1 s: before the change the all-reduce bursts at 40 GB/s for 0.1 s while the GPU
+    # waits; after it (the last 15 s) the same bytes crawl at 8 GB/s for 0.5 s of each step.
+    n, change = 600, 450
+    times = [i * 0.1 for i in range(n)]
+    busy, rates = [], []
+    for i in range(n):
+        phase = i % 10
+        comm = phase == 9 if i < change else phase >= 5
+        busy.append(0.15 if comm else 0.9)
+        rates.append((40e9 if i < change else 8e9) if comm else 1e6)
+    grid = Grid(times, 0.1)
+    network = Network(_link_inputs(rates, times), grid, settings, 0.3)
+    waiting = [1.0 - b for b in busy]
+    ((whole, bursts_whole),) = network.alignment(busy, waiting)
+    ((recent, bursts_recent),) = network.alignment(busy, waiting, start=change)
+    # Against the healthy past's peak, the slow bursts are no bursts at all.
+    assert not any(bursts_whole[change + 20:])
+    assert recent.aligned and sum(bursts_recent[change + 20:]) >= 50
+    assert not any(bursts_recent[:change])
+
+
+def test_a_link_on_its_own_rhythm_is_not_aligned_in_the_recent_instants_either(settings):
+    from gpuwait.analysis.evidence.network import Network
+
+    # The look-alike: the GPU dips every 1 s, a transfer bursts every 1.7 s whatever it does.
+    n, start = 600, 450
+    times = [i * 0.1 for i in range(n)]
+    busy = [0.15 if i % 10 == 9 else 0.9 for i in range(n)]
+    rates = [5e9 if i % 17 < 3 else 1e6 for i in range(n)]
+    network = Network(_link_inputs(rates, times), Grid(times, 0.1), settings, 0.3)
+    ((recent, bursts),) = network.alignment(busy, [1.0 - b for b in busy], start=start)
+    assert not recent.aligned and not any(bursts)
+
+
 def _rules():
     from gpuwait.analysis.attribution import VerdictRules
     return VerdictRules()

@@ -176,21 +176,14 @@ class VerdictAnalyser:
             owned = _Owned.of(scope, owner, owners[owner].cores if owner in owners else math.nan)
             waiting = [max(x, f) if x == x else x for x, f in zip(act.idle, act.footprint)]
             links = network.alignment(act.activity, waiting)
-            # Rates are measured over sampling intervals whose edges cut a copy or a burst:
-            # an instant within one interval of the traffic is concurrent with it.
-            network_at = _widened([DIRECT if b else 0.0 for b in network.evidence(links)])
             sync_at = sync(g, owner, activity, owner_of)
-            # A resident collective's instant is a wait only where the network or a peer explains it.
-            idle = [max(x, f) if f > 0.0 and (network_at[i] or sync_at[i]) else x
-                    for i, (x, f) in enumerate(zip(act.idle, act.footprint))]
             stalled = collective_stalled(gpu_view, grid, g, info, collectives.get(uuid), settings)
+            first = stall_start(grid, settings) if stalled else n
             if stalled:
                 # Its ranks wait in a collective a peer does not join (A12): the resident kernel
                 # is the wait itself, whatever share of the SMs it holds.
-                first = stall_start(grid, settings)
-                idle = [1.0 if i >= first else x for i, x in enumerate(idle)]
                 sync_at = [DIRECT if i >= first else v for i, v in enumerate(sync_at)]
-            evidence: dict[str, Sequence[float]] = {
+            host_evidence: dict[str, Sequence[float]] = {
                 "storage": owned.scoped(host_storage),
                 "data_pipeline": _strongest(
                     _strongest(pipeline.evidence(owned.cores),
@@ -198,33 +191,48 @@ class VerdictAnalyser:
                     cpu_throttled(inputs, grid, owner, settings)),
                 "host_transfer": _widened([DIRECT if b else 0.0 for b in host_transfer(gpu_view, grid, g, info, settings)]),
                 "sync": sync_at,
-                "network": network_at,
                 "checkpoint": owned.writes(host_checkpoint),
             }
             cores, blocked = owners.get(owner, (0.0, 0.0))
-            active = owner != "" and (cores >= settings[DEMAND_OWNER_CORES] or blocked >= 1)
-            report = workload.reported(inputs.stats, owner)
-            if processless:
-                evidence, active, report = {}, False, None
-            if report is not None:
-                # The loop's own account outranks what the host suggests (A8, A13).
-                active = workload.demand(report, settings)
-                evidence = workload.with_data_wait(evidence, [x - r if x == x else x for x, r in zip(idle, act.resident)],
-                                                   report, settings)
-            if not active:
+            owner_active = owner != "" and (cores >= settings[DEMAND_OWNER_CORES] or blocked >= 1)
+            report = None if processless else workload.reported(inputs.stats, owner)
+
+            def judged(links: list[tuple[LinkAlignment, list[bool]]]) -> tuple[list[float], dict[str, Sequence[float]], bool]:
+                """Each instant's idle share, each cause's evidence and the owner's demand, with
+                the network evidence of ``links``."""
+                # Rates are measured over sampling intervals whose edges cut a copy or a burst:
+                # an instant within one interval of the traffic is concurrent with it.
+                network_at = _widened([DIRECT if b else 0.0 for b in network.evidence(links)])
+                # A resident collective's instant is a wait only where the network or a peer explains it.
+                idle = [1.0 if i >= first else (max(x, f) if f > 0.0 and (network_at[i] or sync_at[i]) else x)
+                        for i, (x, f) in enumerate(zip(act.idle, act.footprint))]
+                evidence: dict[str, Sequence[float]] = {**host_evidence, "network": network_at}
+                active = owner_active
+                if processless:
+                    return idle, {}, False
                 if report is not None:
-                    # The loop itself reports too little to do (A1, A13): nothing to wait for.
-                    evidence = {}
-                else:
-                    # Seen from the host only, a quiet owner may still be waiting: a job asleep
-                    # in a socket read during an all-reduce uses no CPU. Its own evidence stands
-                    # (owner-scoped, so another tenant's load is not it); only a busy peer
-                    # proves nothing, as inference GPUs each serve alone.
-                    evidence.pop("sync", None)
-            demand = [active] * n
+                    # The loop's own account outranks what the host suggests (A8, A13).
+                    active = workload.demand(report, settings)
+                    evidence = workload.with_data_wait(evidence, [x - r if x == x else x for x, r in zip(idle, act.resident)],
+                                                       report, settings)
+                if not active:
+                    if report is not None:
+                        # The loop itself reports too little to do (A1, A13): nothing to wait for.
+                        evidence = {}
+                    else:
+                        # Seen from the host only, a quiet owner may still be waiting: a job asleep
+                        # in a socket read during an all-reduce uses no CPU. Its own evidence stands
+                        # (owner-scoped, so another tenant's load is not it); only a busy peer
+                        # proves nothing, as inference GPUs each serve alone.
+                        evidence.pop("sync", None)
+                return idle, evidence, active
+
             reasons = throttled(gpu_view, grid, g)
-            long = attribute(idle, evidence, demand, reasons, resident=act.resident)
-            short = attribute(idle, evidence, demand, reasons, start=short_start, resident=act.resident)
+            idle, evidence, active = judged(links)
+            long = attribute(idle, evidence, [active] * n, reasons, resident=act.resident)
+            # The short window is judged on its own instants' link levels (Network.alignment).
+            idle, evidence, _ = judged(network.alignment(act.activity, waiting, start=short_start))
+            short = attribute(idle, evidence, [active] * n, reasons, start=short_start, resident=act.resident)
             cause = _raised(verdict(long, rules), short, rules)
             period = dominant_period(act.activity, grid.step) if long.idle_ratio >= rules.min_idle_ratio else None
             if period is not None and period[1] < settings[DIP_MIN_PERIODICITY]:
@@ -247,9 +255,16 @@ class VerdictAnalyser:
 
 def _raised(long_verdict: str, short: Attribution, rules: VerdictRules) -> str:
     """The long window's verdict, or a cause that dominates the short window's idle time while
-    the long window does not name it yet (an onset; the long window confirms it later)."""
+    the long window does not name it yet (an onset; the long window confirms it later).
+
+    Clock limits are raised from the short window as they are: the driver reports them
+    itself, per sample, as clock-event reason bits, so a busy GPU held down by them for
+    verdict.min-throttled-share of its recent busy time is throttled now, with nothing to
+    infer (a power brake or a lowered power cap acts at once and stays)."""
     recent = verdict(short, rules)
-    if recent == long_verdict or recent in ("none", "throttled", "insufficient_work"):
+    if recent == "throttled":
+        return recent
+    if recent == long_verdict or recent in ("none", "insufficient_work"):
         return long_verdict
     if short.wait_ratio.get(recent, 0.0) >= SHORT_DOMINANCE * short.idle_ratio:
         return recent

@@ -74,13 +74,23 @@ class Network:
                 self.links.append((LinkAlignment(f"{port.device}:{port.port}", "rdma", port.link_layer, None, False),
                                    grid.rates(port.bytes, gap)))
 
-    def alignment(self, busy: Sequence[float], waiting: Sequence[float]) -> list[tuple[LinkAlignment, list[bool]]]:
+    def alignment(self, busy: Sequence[float], waiting: Sequence[float],
+                  start: int = 0) -> list[tuple[LinkAlignment, list[bool]]]:
         """Each link's correlation with this GPU's activity, and its burst instants when its
         bursts line up with the GPU's waits (A10). ``waiting`` is the share of each instant
-        the GPU waited (no kernel, or a resident collective's footprint)."""
+        the GPU waited (no kernel, or a resident collective's footprint).
+
+        Only the instants from ``start`` on are judged (none before it bursts): a link's burst
+        level and its correlation are properties of the period judged. A fabric that congests
+        carries the same collective at a fraction of its former rate, so its bursts measured
+        against the healthy past's peak would not count as bursts until that past has left
+        the window; judged over the recent instants alone they do."""
         s = self.settings
         out = []
+        before = [False] * start
+        busy, waiting = busy[start:], waiting[start:]
         for link, rate in self.links:
+            rate = rate[start:]
             # The link's burst rate: a high quantile, not the maximum, so that one pause storm
             # or one lucky interval does not set the bar for every burst.
             peak = quantile(rate, PEAK_QUANTILE) or 0.0
@@ -91,7 +101,7 @@ class Network:
             level = s[BURST_SHARE] * peak
             burst = [v == v and v >= level for v in rate]
             aligned = (r is not None and r <= -s[ANTICORRELATION]) or _in_waits(burst, waiting, s[BURSTS_IN_WAITS])
-            bursts = [aligned and b for b in burst]
+            bursts = before + [aligned and b for b in burst]
             out.append((LinkAlignment(link.link, link.kind, link.link_layer, r, aligned), bursts))
         return out
 
