@@ -111,3 +111,15 @@ def test_idle_under_a_resident_kernel_is_no_upstream_wait():
     # No kernel resident: the same evidence names the upstream wait.
     c = attribute(idle, {"data_pipeline": [INFERRED] * 100}, [True] * 100, [False] * 100, resident=[0.0] * 100)
     assert verdict(c) == "data_pipeline"
+
+
+def test_a_resident_kernel_is_work_whatever_the_owners_demand():
+    # A kernel resident on idle SMs is work the GPU has (too small for it, A4), even where the
+    # owner's CPU shows no demand; the time with no kernel at all stays the owner's to explain.
+    idle = [1.0] * 100
+    a = attribute(idle, {}, [False] * 100, [False] * 100, resident=[0.3] * 100)
+    assert a.wait_ratio["insufficient_work"] == pytest.approx(0.3)
+    assert a.wait_ratio["none"] == pytest.approx(0.7)
+    # No kernel resident and no demand: nothing to fix (A1).
+    b = attribute(idle, {}, [False] * 100, [False] * 100, resident=[0.0] * 100)
+    assert b.wait_ratio["none"] == pytest.approx(1.0)

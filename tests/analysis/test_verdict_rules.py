@@ -335,3 +335,74 @@ def test_an_owner_that_reads_nothing_from_disk_is_not_delayed_by_another_tenants
         assert _Owned.of(_owner_scope(settings, [0.0] * 12, reads), "pod:a").scoped(host) == [0.0] * 12
     # Seen blocked at one snapshot: its own reads wait, whatever the counter says.
     assert _Owned.of(_owner_scope(settings, [0.0] * 11 + [3.0], None), "pod:a").scoped(host) == [DIRECT] * 12
+
+
+def _demand_of(settings, cores, util, processes, gpus=1):
+    """One owner of ``gpus`` GPUs at utilization ``util``, ``processes`` distinct pids on them,
+    using ``cores`` over the latest slow interval."""
+    from gpuwait.analysis.verdict import _demand
+    from gpuwait.collectors.gpu.payload import GpuDevice
+    from gpuwait.collectors.gpu.window import OwnerActivity
+    from gpuwait.nvml.values import GpuProcess
+
+    times = [i * 0.1 for i in range(100)]
+    members = [(str(i), f"GPU-{i}") for i in range(gpus)]
+    activity = {g: GpuActivity("utilization", [util] * 100, [1.0 - util] * 100, [0.0] * 100, None, [0.0] * 100)
+                for g in members}
+    device = {g[1]: GpuDevice(index=int(g[0]), uuid=g[1], up=True,
+                              processes=(GpuProcess(1000 + int(g[0]) % processes, None),)) for g in members}
+    return _demand({"o": OwnerActivity(cores, 0.0)}, {g: "o" for g in members}, activity, device,
+                   Grid(times, 0.1), settings).get("o")
+
+
+def test_a_server_asleep_between_requests_has_no_demand(settings):
+    # Poisson requests of 55 ms GPU work: utilization 0.55, its thread spinning through each
+    # kernel (CUDA's default schedule) and using 0.07 cores besides: asleep while the GPU idles.
+    assert _demand_of(settings, cores=0.62, util=0.55, processes=1) is False
+    # Its CPU rate and its GPU's busy share are measured over slightly different spans: a hair
+    # less CPU than kernel time is still a thread spinning through its kernels.
+    assert _demand_of(settings, cores=0.57, util=0.58, processes=1) is False
+    # Batch-1 requests of 3 ms CPU and 1 ms of tiny kernels: the thread works while its GPU
+    # idles, the GPU's work per request is what is too small (A4).
+    assert _demand_of(settings, cores=0.45, util=0.18, processes=1) is True
+    # A launch loop that keeps a thread busy through every gap.
+    assert _demand_of(settings, cores=1.0, util=0.4, processes=1) is True
+
+
+def test_an_owner_that_does_not_spin_keeps_the_plain_rule(settings):
+    # Eight processes using less CPU together than their kernels ran: none spins through them,
+    # the plain demand rule decides (None: not judged here).
+    assert _demand_of(settings, cores=0.8, util=0.23, processes=8, gpus=8) is None
+    # DDP ranks spinning through their kernels with busy loaders beside them.
+    assert _demand_of(settings, cores=14.0, util=0.6, processes=8, gpus=8) is True
+
+
+def _footprint_gpu(pcie_rate):
+    """A GPU at NCCL's footprint in its second half, its PCIe link moving ``pcie_rate`` bytes/s."""
+    from gpuwait.collectors.gpu.payload import GpuDevice
+    from gpuwait.nvml.values import PcieLink
+
+    n = 100
+    times = [i * 0.1 for i in range(n)]
+    counter = [pcie_rate * t for t in times]
+    view = view_of(times, pcie_rx=counter, pcie_tx=[0.0] * n)
+    footprint = [0.0] * 50 + [0.8] * 50
+    mine = GpuActivity("sm_active", [0.8] * 50 + [0.15] * 50, [0.0] * n, footprint, 0.8, [0.0] * n)
+    device = GpuDevice(index=0, uuid=GPU[1], up=True, pcie=PcieLink(5, 16, 5, 16, 5))
+    return view, Grid(times, 0.1), device, mine
+
+
+def test_a_resident_collective_on_quiet_links_waits_for_a_peer():
+    from gpuwait.analysis.evidence.sync import quiet_wait
+
+    # Nothing moves on the GPU's link or any NIC: the collective waits for a peer's arrival.
+    view, grid, device, mine = _footprint_gpu(1e5)
+    waits = quiet_wait(view, grid, GPU, device, mine, [True] * 100)
+    assert set(waits[:50]) == {0.0} and set(waits[52:98]) == {INFERRED}
+    # The look-alike: a collective held back by the network moves its data, slowly, through
+    # the GPU's PCIe link (GPUDirect RDMA): that is no peer's lateness.
+    view, grid, device, mine = _footprint_gpu(5e9)
+    assert not any(quiet_wait(view, grid, GPU, device, mine, [True] * 100))
+    # Or through a NIC of the host while the GPU's own link is quiet (host staging elsewhere).
+    view, grid, device, mine = _footprint_gpu(1e5)
+    assert not any(quiet_wait(view, grid, GPU, device, mine, [False] * 100))

@@ -66,7 +66,8 @@ def attribute(
     Idle time no evidence explains is ``insufficient_work`` when the GPU's owner is there
     and active (demand), else ``none`` (A1: no demand, nothing to fix). ``resident`` is the
     part of each instant's idle share a kernel was resident for; only RESIDENT_CAUSES explain
-    it. Instants before ``start`` are left out (the long and the short window share one set
+    it, else it is ``insufficient_work`` (the GPU had a kernel to run, whatever its owner's
+    demand). Instants before ``start`` are left out (the long and the short window share one set
     of sequences)."""
     totals = dict.fromkeys(CAUSES, 0.0)
     causes = [(c, evidence[c]) for c in order if evidence.get(c) is not None]
@@ -88,7 +89,9 @@ def attribute(
         if x - r > 0.0:
             totals[_strongest(causes, i, demand[i])] += x - r
         if r > 0.0:
-            totals[_strongest(in_kernel, i, demand[i])] += r
+            # A kernel was resident: the GPU had work, too little to keep its SMs busy (A4),
+            # whatever the owner's CPU says about demand.
+            totals[_strongest(in_kernel, i, True)] += r
     if samples == 0:
         return Attribution(0, 0.0, dict.fromkeys(CAUSES, 0.0), 0.0)
     ratios = {cause: totals[cause] / samples for cause in CAUSES}

@@ -96,7 +96,7 @@ OPTIONS = (
     verdict_module.INTERVAL, verdict_module.SHORT_WINDOW, verdict_module.MIN_IDLE_RATIO, verdict_module.MIN_CAUSE_SHARE,
     verdict_module.MIN_THROTTLED_SHARE, *activity.OPTIONS,
     *storage.OPTIONS, *data_pipeline.OPTIONS, *host_transfer.OPTIONS, *network.OPTIONS,
-    verdict_module.DEMAND_OWNER_CORES, verdict_module.DIP_MIN_PERIODICITY, *stall.OPTIONS,
+    verdict_module.DEMAND_OWNER_CORES, verdict_module.DEMAND_IDLE_CORES, verdict_module.DIP_MIN_PERIODICITY, *stall.OPTIONS,
 )
 
 COLLECTOR = CollectorSpec(

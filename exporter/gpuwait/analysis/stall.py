@@ -32,6 +32,7 @@ import math
 from gpuwait.analysis.activity import MAX_SAMPLE_PERIOD, PINNED
 from gpuwait.analysis.collectives import GpuCollectives
 from gpuwait.analysis.evidence.host_transfer import both_directions, pcie_rate
+from gpuwait.analysis.evidence.sync import QUIET_LINK_SHARE
 from gpuwait.analysis.timeseries import Grid
 from gpuwait.collectors.gpu import window as gpu_window
 from gpuwait.collectors.gpu.payload import GpuDevice
@@ -52,8 +53,6 @@ OPTIONS = (STALL_AFTER,)
 MAX_COLLECTIVE_SM_ACTIVE = 0.5
 #: Memory-controller (or GPM DRAM) activity at or below this is resting: flags polled in L2.
 RESTING_MEMORY = 0.05
-#: Traffic below this share of the GPU's PCIe link (as trained) is no collective progressing.
-QUIET_LINK_SHARE = 0.01
 #: The link judged against where NVML does not tell the trained one: PCIe Gen3 x16, the
 #: slowest that GPU servers run NCCL over.
 FALLBACK_LINK = (3, 16)

@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from gpuwait.analysis.activity import gpu_activity
+from gpuwait.analysis.activity import GpuActivity, gpu_activity
 from gpuwait.analysis.attribution import DIRECT, HOST, Attribution, VerdictRules, attribute, verdict
 from gpuwait.analysis.collectives import join_ranks_to_gpus
 from gpuwait.analysis.evidence import workload
@@ -32,7 +32,7 @@ from gpuwait.analysis.evidence.data_pipeline import throttled as cpu_throttled
 from gpuwait.analysis.evidence.host_transfer import host_transfer
 from gpuwait.analysis.evidence.network import LinkAlignment, Network
 from gpuwait.analysis.evidence.storage import OWNER_READ_BYTES, storage
-from gpuwait.analysis.evidence.sync import sync
+from gpuwait.analysis.evidence.sync import quiet_wait, sync
 from gpuwait.analysis.evidence.throttled import throttled
 from gpuwait.analysis.stall import collective_stalled, stall_start
 from gpuwait.analysis.timeseries import HOLD_INTERVALS, Grid, dominant_period
@@ -56,9 +56,16 @@ MIN_THROTTLED_SHARE = Option("verdict.min-throttled-share", parse_fraction, 0.3,
                              "Share of busy samples under power or thermal clock limits that makes a busy GPU 'throttled'.")
 DEMAND_OWNER_CORES = Option("verdict.demand.owner-cores", parse_positive, 0.05,
                             "CPU cores the GPU's owner must use, unless its threads wait on IO, for it to count as active (demand, A1).")
+DEMAND_IDLE_CORES = Option("verdict.demand.idle-cores", parse_positive, 0.25,
+                           "CPU cores per idle GPU its owner must use, beyond spin-waiting on its own running kernels, "
+                           "for the GPU's unexplained idle time to count as too little work rather than no demand (A1, A4, A13).")
 DIP_MIN_PERIODICITY = Option("verdict.dip.min-periodicity", parse_fraction, 0.3,
                              "How cleanly dips must repeat (autocorrelation at the period) for their period to be published.")
 
+#: An owner whose CPU covers less than this share of its kernels' running time does not
+#: spin through them (analysis.verdict._demand): a spinning owner's CPU rate matches its
+#: GPUs' busy share to within what measuring them over slightly different spans allows.
+SPIN_COVERAGE = 0.9
 #: A raised cause must explain this share of the short window's idle time: it is the one
 #: thing the GPU has waited for lately, not one of several.
 SHORT_DOMINANCE = 0.6
@@ -158,11 +165,13 @@ class VerdictAnalyser:
         pipeline = DataPipeline(inputs, grid, settings, gap)
         network = Network(inputs, grid, settings, gap)
         scope = _OwnerScope(inputs, grid, settings)
+        host_quiet = network.quiet()
         device_reading = inputs.latest.get("gpu_device")
         collectives = join_ranks_to_gpus(inputs.views.get("nccl"), getattr(device_reading, "data", None),
                                          at=inputs.end).gpus
 
         activity = {g: gpu_activity(gpu_view, grid, g, settings) for g in gpus}
+        demand_of = _demand(owners, owner_of, activity, device, grid, settings)
         rules = VerdictRules(settings[MIN_IDLE_RATIO], settings[MIN_CAUSE_SHARE], settings[MIN_THROTTLED_SHARE])
         results = []
         for g in gpus:
@@ -176,13 +185,15 @@ class VerdictAnalyser:
             owned = _Owned.of(scope, owner, owners[owner].cores if owner in owners else math.nan)
             waiting = [max(x, f) if x == x else x for x, f in zip(act.idle, act.footprint)]
             links = network.alignment(act.activity, waiting)
-            sync_at = sync(g, owner, activity, owner_of)
+            # The GPU's own signs of waiting in a collective, which need no peer on this node.
+            own_sync = quiet_wait(gpu_view, grid, g, info, act, host_quiet)
             stalled = collective_stalled(gpu_view, grid, g, info, collectives.get(uuid), settings)
             first = stall_start(grid, settings) if stalled else n
             if stalled:
                 # Its ranks wait in a collective a peer does not join (A12): the resident kernel
                 # is the wait itself, whatever share of the SMs it holds.
-                sync_at = [DIRECT if i >= first else v for i, v in enumerate(sync_at)]
+                own_sync = [DIRECT if i >= first else v for i, v in enumerate(own_sync)]
+            sync_at = _strongest(sync(g, owner, activity, owner_of), own_sync)
             host_evidence: dict[str, Sequence[float]] = {
                 "storage": owned.scoped(host_storage),
                 "data_pipeline": _strongest(
@@ -194,7 +205,7 @@ class VerdictAnalyser:
                 "checkpoint": owned.writes(host_checkpoint),
             }
             cores, blocked = owners.get(owner, (0.0, 0.0))
-            owner_active = owner != "" and (cores >= settings[DEMAND_OWNER_CORES] or blocked >= 1)
+            owner_active = owner != "" and (blocked >= 1 or demand_of.get(owner, cores >= settings[DEMAND_OWNER_CORES]))
             report = None if processless else workload.reported(inputs.stats, owner)
 
             def judged(links: list[tuple[LinkAlignment, list[bool]]]) -> tuple[list[float], dict[str, Sequence[float]], bool]:
@@ -222,9 +233,10 @@ class VerdictAnalyser:
                     else:
                         # Seen from the host only, a quiet owner may still be waiting: a job asleep
                         # in a socket read during an all-reduce uses no CPU. Its own evidence stands
-                        # (owner-scoped, so another tenant's load is not it); only a busy peer
+                        # (owner-scoped, so another tenant's load is not it), and so does the GPU's
+                        # own collective waiting (a resident kernel is work); only a busy peer
                         # proves nothing, as inference GPUs each serve alone.
-                        evidence.pop("sync", None)
+                        evidence["sync"] = own_sync
                 return idle, evidence, active
 
             reasons = throttled(gpu_view, grid, g)
@@ -269,6 +281,53 @@ def _raised(long_verdict: str, short: Attribution, rules: VerdictRules) -> str:
     if short.wait_ratio.get(recent, 0.0) >= SHORT_DOMINANCE * short.idle_ratio:
         return recent
     return long_verdict
+
+
+def _demand(owners: dict[str, gpu_window.OwnerActivity], owner_of: dict[tuple[str, str], str],
+            activity: dict[tuple[str, str], GpuActivity], device: dict[str, GpuDevice], grid: Grid,
+            settings: Settings) -> dict[str, bool]:
+    """Whether each owner has work its GPUs wait for (A1), judged over its latest slow-tier
+    interval, the one its CPU rate covers.
+
+    An owner with work for an idle GPU is busy while the GPU idles: it decodes, reads or
+    launches. Its CPU time alone does not show that: CUDA's default synchronisation spins a
+    host thread for as long as the kernel it waits on runs (cudaDeviceScheduleAuto spins
+    while there are fewer active contexts than cores), so a server asleep between requests
+    still uses about a core per busy GPU. What the owner uses beyond that spin, one core
+    per GPU-driving process at most, while each of its GPUs computes, is what it does while
+    they idle. Less than verdict.demand.idle-cores per idle GPU is threads that sleep
+    between requests, not a host side that cannot keep up: the idle time is the load's
+    (A1, A13). An owner using less CPU than its kernels ran does not spin through them;
+    it, and an owner whose processes are not known, keeps the plain rule
+    (verdict.demand.owner-cores)."""
+    since = grid.times[-1] - settings.slow_interval
+    recent = [i for i, t in enumerate(grid.times) if t >= since] or [len(grid.times) - 1]
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for g, owner in owner_of.items():
+        if owner:
+            groups.setdefault(owner, []).append(g)
+    demand = {}
+    for owner, members in groups.items():
+        use = owners.get(owner)
+        pids = {p.pid for g in members for p in (getattr(device.get(g[1]), "processes", None) or ())}
+        if use is None or not pids:
+            continue
+        busy = idle = 0.0
+        for i in recent:
+            for g in members:
+                x = activity[g].idle[i]
+                if x == x:
+                    busy += 1.0 - x
+                    idle += x
+        busy, idle = busy / len(recent), idle / len(recent)
+        spin = min(float(len(pids)), busy)
+        if use.cores < SPIN_COVERAGE * spin:
+            # Less CPU than its kernels ran: its threads do not spin through them all (they
+            # launch asynchronously or block), and what it uses cannot be told apart from
+            # its own work.
+            continue
+        demand[owner] = use.cores - spin >= max(settings[DEMAND_OWNER_CORES], settings[DEMAND_IDLE_CORES] * idle)
+    return demand
 
 
 def _widened(values: Sequence[float]) -> list[float]:

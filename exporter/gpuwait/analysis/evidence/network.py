@@ -105,6 +105,14 @@ class Network:
             out.append((LinkAlignment(link.link, link.kind, link.link_layer, r, aligned), bursts))
         return out
 
+    def quiet(self) -> list[bool]:
+        """Per instant, whether no NIC or RDMA port of the host moves more than
+        verdict.network.min-peak (no link known: not quiet, nothing can be said)."""
+        if not self.links:
+            return [False] * self.n
+        floor = self.settings[MIN_PEAK]
+        return [all(rate[i] == rate[i] and rate[i] < floor for _, rate in self.links) for i in range(self.n)]
+
     def evidence(self, links: list[tuple[LinkAlignment, list[bool]]]) -> list[bool]:
         evidence = [False] * self.n
         for link, bursts in links:

@@ -16,8 +16,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from collections.abc import Sequence
+
 from gpuwait.analysis.activity import GpuActivity
 from gpuwait.analysis.attribution import DIRECT, INFERRED
+from gpuwait.analysis.evidence.host_transfer import both_directions, pcie_rate
+from gpuwait.analysis.timeseries import Grid
+from gpuwait.collectors.gpu import window as gpu_window
+from gpuwait.collectors.gpu.payload import GpuDevice
+from gpuwait.core.facts import pcie_link_capacity
+from gpuwait.core.ring import WindowView
+
+#: Traffic below this share of the GPU's PCIe link (as trained) moves no collective's data.
+QUIET_LINK_SHARE = 0.01
 
 
 def sync(gpu: tuple[str, str], owner: str, activity: Mapping[tuple[str, str], GpuActivity],
@@ -39,3 +50,27 @@ def sync(gpu: tuple[str, str], owner: str, activity: Mapping[tuple[str, str], Gp
         elif any(p.idle[i] == p.idle[i] and p.idle[i] >= 0.5 for p in peers):
             out[i] = INFERRED
     return out
+
+
+def quiet_wait(view: WindowView, grid: Grid, gpu: tuple[str, str], device: GpuDevice | None,
+               mine: GpuActivity, host_links_quiet: Sequence[bool]) -> list[float]:
+    """Per instant, inferred evidence that a resident collective waits for a peer that has not
+    arrived: the GPU at NCCL's footprint while nothing moves, on its PCIe link (GPUDirect RDMA
+    or host staging), its NVLinks (GPM) or any NIC or RDMA port of the host. A collective
+    held back by the network moves its data slowly; one whose peer has not arrived moves
+    none (NCCL's kernel spins on the peer's flags, NVIDIA/nccl#1432). The peer may be on
+    another node, or hung (analysis.stall says so once it lasts). Where a rate is not known
+    the instant says nothing."""
+    n = len(mine.idle)
+    if not any(f > 0.0 for f in mine.footprint):
+        return [0.0] * n
+    link = getattr(device, "pcie", None)
+    capacity = pcie_link_capacity(getattr(link, "generation", None), getattr(link, "width", None))
+    if capacity is None:
+        return [0.0] * n
+    floor = QUIET_LINK_SHARE * capacity
+    pcie = pcie_rate(view, grid, gpu)
+    rx, tx = gpu_window.gpm_nvlink_rates(view, gpu)
+    nvlink = both_directions(grid.hold(rx), grid.hold(tx))
+    return [INFERRED if (f > 0.0 and quiet and p == p and p < floor and not (v == v and v >= floor)) else 0.0
+            for f, quiet, p, v in zip(mine.footprint, host_links_quiet, pcie, nvlink)]
