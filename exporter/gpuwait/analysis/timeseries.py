@@ -7,9 +7,11 @@ comparison starts by putting them on one grid.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
-from operator import mul
+from dataclasses import dataclass, field
+from itertools import compress, islice, repeat
+from operator import and_, eq, le, lt, mul, sub, truediv
 
 from gpuwait.core.ring import Column
 from gpuwait.core.series import increase
@@ -45,32 +47,83 @@ def sample_and_hold(times: Sequence[float], values: Sequence[float], at: Sequenc
     return out
 
 
+class _Intervals:
+    """What a rate on a grid needs from a column's sample times alone: the intervals between
+    them and, for each grid point, the interval that covers it. Columns of one source share
+    their times, so a grid works this out once per source, not once per column."""
+
+    __slots__ = ("times", "lengths", "shortest", "longest", "covering")
+
+    def __init__(self, times: list[float], at: Sequence[float]) -> None:
+        self.times = times
+        self.lengths = list(map(sub, islice(times, 1, None), times))
+        # min() and max() skip a NaN after the first element: a NaN interval gives a NaN rate
+        # on either path below, so only the others decide which one is taken.
+        self.shortest = min(self.lengths, default=math.nan)
+        self.longest = max(self.lengths, default=math.nan)
+        #: Per grid point, 1 + the index of the interval that covers it, 0 or len(times) for
+        #: none; None when the look-up must walk (times or grid not ascending).
+        self.covering: list[int] | None = None
+        if all(map(lt, times, islice(times, 1, None))) and all(map(le, at, islice(at, 1, None))):
+            # Both ascending: the last sample at or before t is the one before bisect_right's
+            # insertion point; a point before the first sample, or at or after the last, has
+            # no covering interval.
+            self.covering = list(map(bisect_right, repeat(times), at))
+
+
 def interval_rates_at(
     times: Sequence[float], counter: Sequence[float], at: Sequence[float], max_gap: float,
-    modulus: float | None = None,
+    modulus: float | None = None, intervals: dict[int, _Intervals] | None = None,
 ) -> list[float]:
     """Rate of a counter over the sampling interval that covers each time in ``at``.
 
     For a grid point t, the rate is the increase between the last sample at or before t and
     the first sample after it, divided by their distance; NaN when either is missing, the
     interval is longer than ``max_gap`` or the counter went backwards (reset).
+
+    ``intervals`` keeps the work that depends on ``times`` and ``at`` alone between calls
+    for the same ``at`` (a grid's), keyed by the identity of ``times``.
     """
-    ts: list[float] = []
-    vs: list[float] = []
-    for t, v in zip(times, counter):
-        if v == v:
-            ts.append(t)
-            vs.append(v)
+    # The verdict calls this for every link and disk counter at each pass: the differences,
+    # the quotients and the look-up of each grid point's interval run at C speed, with the
+    # arithmetic of a loop over the samples, so the rates are the same to the bit.
     nan = math.nan
-    rates = []
-    for k in range(len(ts) - 1):
-        dt = ts[k + 1] - ts[k]
-        d = vs[k + 1] - vs[k]
-        if d < 0:
-            d = increase(vs[k], vs[k + 1], modulus)
-        rates.append(d / dt if d is not None and 0 < dt <= max_gap else nan)
-    out = []
+    total = sum(counter)
+    if total == total and len(times) == len(counter):
+        # No NaN (a NaN anywhere makes the sum NaN): every sample is valid.
+        ts = times if isinstance(times, list) else list(times)
+        vs = counter if isinstance(counter, list) else list(counter)
+        cached = intervals.get(id(times)) if intervals is not None else None
+        if cached is None or cached.times is not times:
+            cached = _Intervals(ts, at)
+            if intervals is not None and ts is times:
+                intervals[id(times)] = cached
+    else:
+        ts = []
+        vs = []
+        for t, v in zip(times, counter):
+            if v == v:
+                ts.append(t)
+                vs.append(v)
+        cached = _Intervals(ts, at)
     last = len(ts) - 1
+    if last < 1:
+        return [nan] * len(at)
+    dts = cached.lengths
+    ds = list(map(sub, islice(vs, 1, None), vs))
+    if min(ds) >= 0 and cached.shortest > 0 and cached.longest <= max_gap:
+        rates = list(map(truediv, ds, dts))
+    else:
+        rates = []
+        for k in range(last):
+            dt = dts[k]
+            d = ds[k]
+            if d < 0:
+                d = increase(vs[k], vs[k + 1], modulus)
+            rates.append(d / dt if d is not None and 0 < dt <= max_gap else nan)
+    if cached.covering is not None:
+        return list(map([nan, *rates, nan].__getitem__, cached.covering))
+    out = []
     j = 0
     for t in at:
         while j < last and ts[j + 1] <= t:
@@ -81,17 +134,31 @@ def interval_rates_at(
 
 def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     """Correlation of the pairs where both are valid; None when either side is constant."""
-    if any(x != x for x in xs) or any(y != y for y in ys) or len(xs) != len(ys):
-        pairs = [(x, y) for x, y in zip(xs, ys) if x == x and y == y]
-        xs = [p[0] for p in pairs]
-        ys = [p[1] for p in pairs]
+    # The verdict correlates every link with every GPU at each pass: the filtering and the
+    # deviations run at C speed, with the arithmetic of plain loops (results to the bit).
+    sx = sum(xs)
+    sy = sum(ys)
+    if sx != sx or sy != sy or len(xs) != len(ys):
+        # A NaN anywhere makes its side's sum NaN (so can +inf with -inf, which keeps all);
+        # a side whose sum is a number needs no mask of its own, unless zip's truncation to the
+        # shorter side is wanted.
+        if (sx != sx and sy != sy) or len(xs) != len(ys):
+            both = list(map(and_, map(eq, xs, xs), map(eq, ys, ys)))
+        elif sx != sx:
+            both = list(map(eq, xs, xs))
+        else:
+            both = list(map(eq, ys, ys))
+        xs = list(compress(xs, both))
+        ys = list(compress(ys, both))
+        sx = sum(xs)
+        sy = sum(ys)
     n = len(xs)
     if n < 3:
         return None
-    mx = sum(xs) / n
-    my = sum(ys) / n
-    dx = [x - mx for x in xs]
-    dy = [y - my for y in ys]
+    mx = sx / n
+    my = sy / n
+    dx = list(map(sub, xs, repeat(mx)))
+    dy = list(map(sub, ys, repeat(my)))
     sxx = sum(map(mul, dx, dx))
     syy = sum(map(mul, dy, dy))
     if sxx <= 1e-12 * n * max(1.0, mx * mx) or syy <= 1e-12 * n * max(1.0, my * my):
@@ -156,6 +223,7 @@ class Grid:
 
     times: list[float]
     step: float
+    _intervals: dict[int, _Intervals] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.times)
@@ -168,4 +236,4 @@ class Grid:
 
     def rates(self, column: Column, gap: float) -> list[float]:
         """A counter's rate over the sampling interval that covers each grid point."""
-        return interval_rates_at(column.times, column.values, self.times, gap, column.modulus)
+        return interval_rates_at(column.times, column.values, self.times, gap, column.modulus, self._intervals)

@@ -96,6 +96,10 @@ def clamp_ratio(value: float | None) -> float | None:
 
 
 def valid(values: Sequence[float]) -> list[float]:
+    # A NaN anywhere makes the sum NaN: a column with none (most) is copied at C speed.
+    total = sum(values)
+    if total == total:
+        return list(values)
     return [v for v in values if v == v]  # NaN is the only float unequal to itself
 
 
@@ -111,7 +115,16 @@ def maximum(values: Sequence[float]) -> float | None:
 
 def quantile(values: Sequence[float], q: float) -> float | None:
     """Linear-interpolated quantile (q in 0..1) of the valid values."""
+    return _quantile_of_sorted(sorted(valid(values)), q)
+
+
+def quantiles(values: Sequence[float], qs: Sequence[float]) -> list[float | None]:
+    """``quantile`` of the same values at each q, sorting them once."""
     vals = sorted(valid(values))
+    return [_quantile_of_sorted(vals, q) for q in qs]
+
+
+def _quantile_of_sorted(vals: list[float], q: float) -> float | None:
     if not vals:
         return None
     pos = q * (len(vals) - 1)
@@ -136,4 +149,11 @@ def burstiness(rates: Sequence[float]) -> float | None:
 def added(*columns: Sequence[float]) -> list[float]:
     """Sample by sample sum of aligned columns (a link's two directions); NaN wherever any
     of them is NaN, since a sum with a part missing is not the total."""
-    return [sum(values) for values in zip(*columns)]
+    if not columns:
+        return []
+    # What sum() of each row computes (0.0 plus each part in turn), one column at a time at C
+    # speed: the sign of a zero sum and every rounding are the same.
+    total = map(operator.add, repeat(0.0), columns[0])
+    for column in columns[1:]:
+        total = map(operator.add, total, column)
+    return list(total)

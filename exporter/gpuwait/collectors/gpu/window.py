@@ -14,15 +14,18 @@ Ring keys are (signal, gpu index, uuid) tuples; the slow ``gpu_device`` source k
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import lt
 from typing import NamedTuple
 
 from gpuwait.collectors.gpu.payload import GpuDeviceData
 from gpuwait.core.config import Option, Settings, parse_fraction
 from gpuwait.core.facts import CLOCK_EVENT_REASONS
 from gpuwait.core.ring import Column, WindowView
-from gpuwait.core.series import added, interval_rates, mean, quantile, valid, window_rate
+from gpuwait.core.series import added, interval_rates, mean, quantiles, valid, window_rate
 
 IDLE_THRESHOLD = Option("collector.gpu.idle-threshold", parse_fraction, 0.05,
                         "Utilization below which a GPU sample counts as idle in the window's idle fraction.",
@@ -139,6 +142,7 @@ def _summarize_gpu(view: WindowView, index: str, uuid: str, threshold: float) ->
         return view.column((signal, index, uuid))
 
     util = valid(column(UTIL))
+    p10, p50, p90 = quantiles(util, (0.10, 0.50, 0.90))
     means = {signal: mean(column(signal)) for signal in RATIO_SIGNALS}
     pcie = {}
     for direction, counter, gpm in (("tx", PCIE_TX, _GPM_PCIE_TX), ("rx", PCIE_RX, _GPM_PCIE_RX)):
@@ -151,10 +155,10 @@ def _summarize_gpu(view: WindowView, index: str, uuid: str, threshold: float) ->
     return GpuWindow(
         index=index, uuid=uuid,
         utilization_mean=mean(util),
-        utilization_p10=quantile(util, 0.10),
-        utilization_p50=quantile(util, 0.50),
-        utilization_p90=quantile(util, 0.90),
-        idle_ratio=(sum(1 for u in util if u < threshold) / len(util)) if util else None,
+        utilization_p10=p10,
+        utilization_p50=p50,
+        utilization_p90=p90,
+        idle_ratio=(sum(map(lt, util, repeat(threshold))) / len(util)) if util else None,
         utilization_samples=len(util),
         memory_busy_mean=means[MEM],
         sm_active_mean=means["sm"],
@@ -168,10 +172,13 @@ def _summarize_gpu(view: WindowView, index: str, uuid: str, threshold: float) ->
 
 
 def reason_ratios(bitmasks: Iterable[float]) -> dict[str, float]:
-    masks = [int(m) for m in valid(list(bitmasks))]
+    masks = list(map(int, valid(list(bitmasks))))
     if not masks:
         return {}
-    return {name: sum(1 for m in masks if m & bit) / len(masks) for bit, name in CLOCK_EVENT_REASONS}
+    # A GPU's window holds a handful of distinct masks: each reason's count is summed over
+    # those, not over every tick (the same whole count, so the same ratio).
+    seen = Counter(masks).items()
+    return {name: sum(n for m, n in seen if m & bit) / len(masks) for bit, name in CLOCK_EVENT_REASONS}
 
 
 def device_columns(data: GpuDeviceData) -> dict[Hashable, float]:

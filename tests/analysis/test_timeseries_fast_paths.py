@@ -1,0 +1,222 @@
+"""The verdict's signal helpers and the window statistics they share, computed at C speed,
+give the same results to the bit as the plain loops they replaced (kept below as the
+reference), for series with gaps, resets, wraps, NaN, stalled or backward clocks, grids that
+start before or end after the samples, and columns that share their sample times."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import example, given, settings as hypothesis_settings, strategies as st
+
+from gpuwait.analysis.timeseries import Grid, interval_rates_at, pearson
+from gpuwait.collectors.gpu import window as gpu_window
+from gpuwait.core import series
+from gpuwait.core.facts import CLOCK_EVENT_REASONS
+from gpuwait.core.ring import Column
+from gpuwait.core.series import increase
+
+NAN = math.nan
+
+
+# -- the reference: the loops as they were ---------------------------------------------------
+def ref_interval_rates_at(times, counter, at, max_gap, modulus=None):
+    ts, vs = [], []
+    for t, v in zip(times, counter):
+        if v == v:
+            ts.append(t)
+            vs.append(v)
+    rates = []
+    for k in range(len(ts) - 1):
+        dt = ts[k + 1] - ts[k]
+        d = vs[k + 1] - vs[k]
+        if d < 0:
+            d = increase(vs[k], vs[k + 1], modulus)
+        rates.append(d / dt if d is not None and 0 < dt <= max_gap else math.nan)
+    out = []
+    last = len(ts) - 1
+    j = 0
+    for t in at:
+        while j < last and ts[j + 1] <= t:
+            j += 1
+        out.append(rates[j] if j < last and ts[j] <= t else math.nan)
+    return out
+
+
+def ref_pearson(xs, ys):
+    if any(x != x for x in xs) or any(y != y for y in ys) or len(xs) != len(ys):
+        pairs = [(x, y) for x, y in zip(xs, ys) if x == x and y == y]
+        xs = [p[0] for p in pairs]
+        ys = [p[1] for p in pairs]
+    n = len(xs)
+    if n < 3:
+        return None
+    mx = sum(xs) / n
+    my = sum(ys) / n
+    dx = [x - mx for x in xs]
+    dy = [y - my for y in ys]
+    sxx = sum(x * x for x in dx)
+    syy = sum(y * y for y in dy)
+    if sxx <= 1e-12 * n * max(1.0, mx * mx) or syy <= 1e-12 * n * max(1.0, my * my):
+        return None
+    return max(-1.0, min(1.0, sum(x * y for x, y in zip(dx, dy)) / math.sqrt(sxx * syy)))
+
+
+def ref_quantile(values, q):
+    vals = sorted(v for v in values if v == v)
+    if not vals:
+        return None
+    pos = q * (len(vals) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(vals) - 1)
+    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+
+
+def ref_reason_ratios(bitmasks):
+    masks = [int(m) for m in bitmasks if m == m]
+    if not masks:
+        return {}
+    return {name: sum(1 for m in masks if m & bit) / len(masks) for bit, name in CLOCK_EVENT_REASONS}
+
+
+def same(a, b) -> bool:
+    """Equal to the bit: repr tells -0.0 from 0.0 and every float from its neighbours, and
+    NaN from nothing but NaN."""
+    return repr(a) == repr(b)
+
+
+# -- inputs ----------------------------------------------------------------------------------
+_values = st.one_of(st.floats(-1e3, 1e12), st.just(NAN), st.just(0.0), st.just(-0.0),
+                    st.just(2.0 ** 32 - 1), st.just(math.inf))
+
+
+#: A counter's step between two reads; the faults appear only in the series that allow them.
+_STEPS = {
+    "forward": st.floats(0, 1e6),
+    "reset": st.just("reset"),
+    "missing": st.just("missing"),
+    "wrap": st.just("wrap"),
+    "infinite": st.just("infinite"),
+    "still": st.just(0.0),
+}
+
+
+@st.composite
+def sampled(draw, min_size=0, max_size=40):
+    """(times, values): steady counters on an increasing clock, and counters with resets,
+    missing reads, 32-bit wraps or infinities, on clocks that stall, go back or skip."""
+    n = draw(st.integers(min_size, max_size))
+    faults = draw(st.sets(st.sampled_from(sorted(set(_STEPS) - {"forward"}))))
+    clock = draw(st.sampled_from(["regular", "jittery", "faulty"]))
+    step = st.one_of(*(_STEPS[k] for k in ("forward", "forward", "forward", *sorted(faults))))
+    t = draw(st.floats(0, 100))
+    v = draw(st.floats(0, 1e9))
+    times, values = [], []
+    for _ in range(n):
+        if clock == "regular":
+            t += 0.1
+        elif clock == "jittery":
+            t += draw(st.floats(0.01, 0.4))
+        else:
+            t += draw(st.sampled_from([0.1, 0.1, 0.0, -0.05, 0.5, NAN]))
+        move = draw(step)
+        if move == "reset":
+            v = draw(st.floats(0, v)) if v == v and v < math.inf else 0.0
+        elif move == "wrap":
+            v = draw(st.floats(0, 1e3)) if v >= 2.0 ** 31 else 2.0 ** 32 - draw(st.floats(1, 1e3))
+        elif move == "infinite":
+            v = math.inf
+        elif move != "missing":
+            v = (v if v == v else 0.0) + move
+        times.append(t)
+        values.append(NAN if move == "missing" else v)
+    return times, values
+
+
+@st.composite
+def grids(draw, times):
+    """Grid times around the samples: ascending (as the verdict's are, often the very times of
+    another source's samples), or not at all."""
+    kind = draw(st.sampled_from(["times", "even", "even", "any"]))
+    if kind == "times":
+        return list(times[draw(st.integers(0, 3)):])
+    finite = [t for t in times if t == t] or [0.0]
+    start = draw(st.floats(min(finite) - 1, max(finite) + 1))
+    steps = draw(st.lists(st.sampled_from([0.1, 0.05, 0.0, 0.3]) if kind == "even" else st.floats(-0.2, 0.3),
+                          max_size=50))
+    at, t = [], start
+    for step in steps:
+        t += step
+        at.append(t)
+    return at
+
+
+@st.composite
+def rate_cases(draw):
+    times, values = draw(sampled())
+    return times, values, draw(grids(times)), draw(st.sampled_from([0.15, 0.3, 1.0, 15.0])), \
+        draw(st.sampled_from([None, 2.0 ** 32, 2.0 ** 64]))
+
+
+# -- the comparisons ---------------------------------------------------------------------------
+@hypothesis_settings(max_examples=400, deadline=None)
+@given(rate_cases())
+def test_interval_rates_at_equals_the_loop(case):
+    times, values, at, gap, modulus = case
+    assert same(interval_rates_at(times, values, at, gap, modulus), ref_interval_rates_at(times, values, at, gap, modulus))
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_grid_rates_of_columns_sharing_their_times_equal_the_loop(data):
+    n = data.draw(st.integers(2, 30))
+    # Two sources with as many samples each, and columns of each that share its times.
+    sources = [data.draw(sampled(min_size=n, max_size=n)) for _ in range(2)]
+    at = data.draw(grids(sources[0][0]))
+    gap = data.draw(st.sampled_from([0.15, 0.3, 15.0]))
+    g = Grid(at, 0.1)
+    columns = [Column(times, values) for times, values in sources]
+    columns += [Column(times, data.draw(sampled(min_size=n, max_size=n))[1]) for times, _ in sources]
+    # The grid keeps what it worked out from a column's times for the next with the same.
+    for column in (*columns, *columns):
+        assert same(g.rates(column, gap), ref_interval_rates_at(column.times, column.values, at, gap))
+
+
+def test_a_grid_does_not_take_one_list_of_times_for_another():
+    g = Grid([0.5, 1.5, 2.5], 1.0)
+    assert g.rates(Column([0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0]), 2.0) == [1.0, 1.0, 1.0]
+    # Another list, equal in length and key-free: its own intervals, not the first one's.
+    assert g.rates(Column([0.0, 2.0, 2.2, 3.0], [0.0, 2.0, 3.0, 3.0]), 2.0) == [1.0, 1.0, 0.0]
+
+
+_signal = st.one_of(st.floats(-1e6, 1e6), st.just(NAN), st.just(0.0), st.just(-0.0), st.just(1.0), st.just(math.inf),
+                    st.just(-math.inf))
+
+
+@hypothesis_settings(max_examples=400, deadline=None)
+@given(st.lists(_signal, max_size=40), st.lists(_signal, max_size=40), st.booleans())
+def test_pearson_equals_the_loop(xs, ys, equal_length):
+    if equal_length:
+        n = min(len(xs), len(ys))
+        xs, ys = xs[:n], ys[:n]
+    assert same(pearson(xs, ys), ref_pearson(xs, ys))
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.lists(_signal, max_size=40), st.lists(st.floats(0, 1), min_size=1, max_size=4))
+@example([-0.0, 1.0], [0.5])  # sum() starts from 0: a row of one -0.0 adds up to 0.0
+def test_valid_quantiles_and_added_equal_the_loops(values, qs):
+    assert same(series.valid(values), [v for v in values if v == v])
+    assert same(series.quantiles(values, qs), [ref_quantile(values, q) for q in qs])
+    assert all(same(series.quantile(values, q), ref_quantile(values, q)) for q in qs)
+    halves = (values[: len(values) // 2], values[len(values) // 2:])
+    for columns in ((), (values,), halves, (values, values[::-1], values)):
+        assert same(series.added(*columns), [sum(row) for row in zip(*columns)])
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from([0.0, 1.0, 4.0, 5.0, 8.0, 64.0, 255.0, 2.0 ** 40 + 1]), st.just(NAN)),
+                max_size=60))
+def test_clock_event_ratios_equal_the_loop(masks):
+    assert same(gpu_window.reason_ratios(masks), ref_reason_ratios(masks))
+
