@@ -64,6 +64,7 @@ class Network:
         self.settings = settings
         self.n = len(grid)
         self.links: list[tuple[LinkAlignment, list[float]]] = []
+        self._burst_cache: dict[int, list[tuple[list[float], list[bool] | None]]] = {}
         netdev = inputs.views.get("netdev")
         if netdev is not None:
             for link in netdev_window.links(netdev):
@@ -89,21 +90,37 @@ class Network:
         out = []
         before = [False] * start
         busy, waiting = busy[start:], waiting[start:]
-        for link, rate in self.links:
+        for (link, _), (rate, burst) in zip(self.links, self._bursts(start)):
+            if burst is None:
+                out.append((link, [False] * self.n))
+                continue
+            r = pearson(busy, rate)
+            aligned = (r is not None and r <= -s[ANTICORRELATION]) or _in_waits(burst, waiting, s[BURSTS_IN_WAITS])
+            bursts = before + [aligned and b for b in burst]
+            out.append((LinkAlignment(link.link, link.kind, link.link_layer, r, aligned), bursts))
+        return out
+
+    def _bursts(self, start: int) -> list[tuple[list[float], list[bool] | None]]:
+        """Each link's rates from ``start`` on and its burst instants among them (None: a link
+        that never reaches verdict.network.min-peak); they do not depend on the GPU, so they
+        are worked out once per pass and start."""
+        cached = self._burst_cache.get(start)
+        if cached is not None:
+            return cached
+        s = self.settings
+        cached = []
+        for _, rate in self.links:
             rate = rate[start:]
             # The link's burst rate: a high quantile, not the maximum, so that one pause storm
             # or one lucky interval does not set the bar for every burst.
             peak = quantile(rate, PEAK_QUANTILE) or 0.0
             if peak < s[MIN_PEAK]:
-                out.append((link, [False] * self.n))
+                cached.append((rate, None))
                 continue
-            r = pearson(busy, rate)
             level = s[BURST_SHARE] * peak
-            burst = [v == v and v >= level for v in rate]
-            aligned = (r is not None and r <= -s[ANTICORRELATION]) or _in_waits(burst, waiting, s[BURSTS_IN_WAITS])
-            bursts = before + [aligned and b for b in burst]
-            out.append((LinkAlignment(link.link, link.kind, link.link_layer, r, aligned), bursts))
-        return out
+            cached.append((rate, [v == v and v >= level for v in rate]))
+        self._burst_cache[start] = cached
+        return cached
 
     def quiet(self) -> list[bool]:
         """Per instant, whether no NIC or RDMA port of the host moves more than
