@@ -406,3 +406,11 @@ def test_a_resident_collective_on_quiet_links_waits_for_a_peer():
     # Or through a NIC of the host while the GPU's own link is quiet (host staging elsewhere).
     view, grid, device, mine = _footprint_gpu(1e5)
     assert not any(quiet_wait(view, grid, GPU, device, mine, [False] * 100))
+
+
+def test_a_process_driving_several_gpus_needs_one_busy_thread_not_one_per_gpu(settings):
+    # One controller process launching for 8 GPUs that idle: one thread kept busy through the
+    # gaps is a host side with work, however many GPUs it feeds.
+    assert _demand_of(settings, cores=2.0, util=0.3, processes=1, gpus=8) is True
+    # Eight processes, one per GPU, asleep between requests, each spinning through its kernels.
+    assert _demand_of(settings, cores=8 * 0.32, util=0.3, processes=8, gpus=8) is False

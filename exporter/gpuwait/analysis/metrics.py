@@ -55,7 +55,7 @@ METRICS = (
                "1 when the GPU sat in a collective that did not end for verdict.collective.stall-after: a kernel resident all along with few SMs active, its memory resting, no bytes over NVLink or PCIe and, where NCCL Inspector's dump is read, no operation completed; 0 otherwise; absent for a GPU without processes or a window too short to tell.",
                labels=GPU, source=SOURCE, claims=("A9", "A12"), window=True),
     MetricSpec("gpuwait_node_verdict", "gauge",
-               "1 for what most of the node's GPUs waited for over the window, 0 for the other causes.",
+               "1 for what most of the node's GPUs waited for over the window (GPUs waiting at the barrier, sync, count for their peers' own named cause where there is one), 0 for the other causes.",
                labels=("cause",), source=SOURCE, claims=("A14",), window=True),
     MetricSpec("gpuwait_node_idle_gpus", "gauge",
                "GPU-equivalents the node had idle over the window, by cause: the idle fractions of its GPUs summed (4 GPUs idle half the time make 2).",

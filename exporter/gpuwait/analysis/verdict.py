@@ -208,23 +208,34 @@ class VerdictAnalyser:
             owner_active = owner != "" and (blocked >= 1 or demand_of.get(owner, cores >= settings[DEMAND_OWNER_CORES]))
             report = None if processless else workload.reported(inputs.stats, owner)
 
-            def judged(links: list[tuple[LinkAlignment, list[bool]]]) -> tuple[list[float], dict[str, Sequence[float]], bool]:
-                """Each instant's idle share, each cause's evidence and the owner's demand, with
-                the network evidence of ``links``."""
+            def judged(links: list[tuple[LinkAlignment, list[bool]]]
+                       ) -> tuple[list[float], list[float], dict[str, Sequence[float]], bool]:
+                """Each instant's idle share and the part of it a kernel was resident for, each
+                cause's evidence and the owner's demand, with the network evidence of ``links``."""
                 # Rates are measured over sampling intervals whose edges cut a copy or a burst:
                 # an instant within one interval of the traffic is concurrent with it.
                 network_at = _widened([DIRECT if b else 0.0 for b in network.evidence(links)])
-                # A resident collective's instant is a wait only where the network or a peer explains it.
-                idle = [1.0 if i >= first else (max(x, f) if f > 0.0 and (network_at[i] or sync_at[i]) else x)
-                        for i, (x, f) in enumerate(zip(act.idle, act.footprint))]
+                # A resident collective's instant is a wait only where the network or a peer
+                # explains it; that wait is inside a kernel, so only they explain it (attribution).
+                idle, resident = [], []
+                for i, (x, f, r) in enumerate(zip(act.idle, act.footprint, act.resident)):
+                    if i >= first:
+                        idle.append(1.0)
+                        resident.append(1.0)
+                    elif f > 0.0 and (network_at[i] or sync_at[i]):
+                        idle.append(max(x, f))
+                        resident.append(max(r, f))
+                    else:
+                        idle.append(x)
+                        resident.append(r)
                 evidence: dict[str, Sequence[float]] = {**host_evidence, "network": network_at}
                 active = owner_active
                 if processless:
-                    return idle, {}, False
+                    return idle, resident, {}, False
                 if report is not None:
                     # The loop's own account outranks what the host suggests (A8, A13).
                     active = workload.demand(report, settings)
-                    evidence = workload.with_data_wait(evidence, [x - r if x == x else x for x, r in zip(idle, act.resident)],
+                    evidence = workload.with_data_wait(evidence, [x - r if x == x else x for x, r in zip(idle, resident)],
                                                        report, settings)
                 if not active:
                     if report is not None:
@@ -237,14 +248,14 @@ class VerdictAnalyser:
                         # own collective waiting (a resident kernel is work); only a busy peer
                         # proves nothing, as inference GPUs each serve alone.
                         evidence["sync"] = own_sync
-                return idle, evidence, active
+                return idle, resident, evidence, active
 
             reasons = throttled(gpu_view, grid, g)
-            idle, evidence, active = judged(links)
-            long = attribute(idle, evidence, [active] * n, reasons, resident=act.resident)
+            idle, resident, evidence, active = judged(links)
+            long = attribute(idle, evidence, [active] * n, reasons, resident=resident)
             # The short window is judged on its own instants' link levels (Network.alignment).
-            idle, evidence, _ = judged(network.alignment(act.activity, waiting, start=short_start))
-            short = attribute(idle, evidence, [active] * n, reasons, start=short_start, resident=act.resident)
+            idle, resident, evidence, _ = judged(network.alignment(act.activity, waiting, start=short_start))
+            short = attribute(idle, evidence, [active] * n, reasons, start=short_start, resident=resident)
             cause = _raised(verdict(long, rules), short, rules)
             period = dominant_period(act.activity, grid.step) if long.idle_ratio >= rules.min_idle_ratio else None
             if period is not None and period[1] < settings[DIP_MIN_PERIODICITY]:
@@ -295,7 +306,8 @@ def _demand(owners: dict[str, gpu_window.OwnerActivity], owner_of: dict[tuple[st
     while there are fewer active contexts than cores), so a server asleep between requests
     still uses about a core per busy GPU. What the owner uses beyond that spin, one core
     per GPU-driving process at most, while each of its GPUs computes, is what it does while
-    they idle. Less than verdict.demand.idle-cores per idle GPU is threads that sleep
+    they idle. Less than verdict.demand.idle-cores per idle GPU (per process, for a process
+    that drives several) is threads that sleep
     between requests, not a host side that cannot keep up: the idle time is the load's
     (A1, A13). An owner using less CPU than its kernels ran does not spin through them;
     it, and an owner whose processes are not known, keeps the plain rule
@@ -326,6 +338,9 @@ def _demand(owners: dict[str, gpu_window.OwnerActivity], owner_of: dict[tuple[st
             # launch asynchronously or block), and what it uses cannot be told apart from
             # its own work.
             continue
+        # One thread per process can work on its GPUs' next step: per idle GPU where each
+        # process drives one, per process where one drives several.
+        idle = min(float(len(pids)), idle)
         demand[owner] = use.cores - spin >= max(settings[DEMAND_OWNER_CORES], settings[DEMAND_IDLE_CORES] * idle)
     return demand
 
@@ -465,9 +480,15 @@ def _mark_stragglers(results: list[GpuVerdict], settings: Settings) -> list[GpuV
 
 
 def _node_verdict(results: Sequence[GpuVerdict]) -> str:
+    """The node's most common named cause. A GPU waiting at the barrier (sync) waits for
+    whatever holds its peer back: where a peer's own wait is named, that is the node's cause,
+    and sync only where nothing else is (a straggler that computes longer)."""
     named = [r for r in results if r.verdict != "none"]
     if not named:
         return "none"
+    root = [r for r in named if r.verdict != "sync"]
+    if root:
+        named = root
     counts: dict[str, tuple[int, float]] = {}
     for r in named:
         c, w = counts.get(r.verdict, (0, 0.0))
