@@ -56,7 +56,7 @@ MIN_THROTTLED_SHARE = Option("verdict.min-throttled-share", parse_fraction, 0.3,
                              "Share of busy samples under power or thermal clock limits that makes a busy GPU 'throttled'.")
 DEMAND_OWNER_CORES = Option("verdict.demand.owner-cores", parse_positive, 0.05,
                             "CPU cores the GPU's owner must use, unless its threads wait on IO, for it to count as active (demand, A1).")
-DEMAND_IDLE_CORES = Option("verdict.demand.idle-cores", parse_positive, 0.25,
+DEMAND_IDLE_CORES = Option("verdict.demand.idle-cores", parse_positive, 0.2,
                            "CPU cores per idle GPU its owner must use, beyond spin-waiting on its own running kernels, "
                            "for the GPU's unexplained idle time to count as too little work rather than no demand (A1, A4, A13).")
 DIP_MIN_PERIODICITY = Option("verdict.dip.min-periodicity", parse_fraction, 0.3,
@@ -171,7 +171,7 @@ class VerdictAnalyser:
                                          at=inputs.end).gpus
 
         activity = {g: gpu_activity(gpu_view, grid, g, settings) for g in gpus}
-        demand_of = _demand(owners, owner_of, activity, device, grid, settings)
+        demand_of = _demand(owners, owner_of, activity, device, grid, settings, _latest_interval(inputs))
         rules = VerdictRules(settings[MIN_IDLE_RATIO], settings[MIN_CAUSE_SHARE], settings[MIN_THROTTLED_SHARE])
         results = []
         for g in gpus:
@@ -294,11 +294,21 @@ def _raised(long_verdict: str, short: Attribution, rules: VerdictRules) -> str:
     return long_verdict
 
 
+def _latest_interval(inputs: AnalysisInputs) -> tuple[float, float] | None:
+    """The span of the latest slow-tier interval of the gpu_device source, over which the
+    owners' CPU rates (gpu_window.owner_activity) are measured."""
+    view = inputs.views.get("gpu_device")
+    if view is None or len(view.times) < 2:
+        return None
+    return view.times[-2], view.times[-1]
+
+
 def _demand(owners: dict[str, gpu_window.OwnerActivity], owner_of: dict[tuple[str, str], str],
             activity: dict[tuple[str, str], GpuActivity], device: dict[str, GpuDevice], grid: Grid,
-            settings: Settings) -> dict[str, bool]:
+            settings: Settings, interval: tuple[float, float] | None = None) -> dict[str, bool]:
     """Whether each owner has work its GPUs wait for (A1), judged over its latest slow-tier
-    interval, the one its CPU rate covers.
+    interval, the one its CPU rate covers (``interval``; the last slow interval of the grid
+    when not given).
 
     An owner with work for an idle GPU is busy while the GPU idles: it decodes, reads or
     launches. Its CPU time alone does not show that: CUDA's default synchronisation spins a
@@ -312,8 +322,8 @@ def _demand(owners: dict[str, gpu_window.OwnerActivity], owner_of: dict[tuple[st
     (A1, A13). An owner using less CPU than its kernels ran does not spin through them;
     it, and an owner whose processes are not known, keeps the plain rule
     (verdict.demand.owner-cores)."""
-    since = grid.times[-1] - settings.slow_interval
-    recent = [i for i, t in enumerate(grid.times) if t >= since] or [len(grid.times) - 1]
+    since, until = interval or (grid.times[-1] - settings.slow_interval, grid.times[-1])
+    recent = [i for i, t in enumerate(grid.times) if since <= t <= until] or [len(grid.times) - 1]
     groups: dict[str, list[tuple[str, str]]] = {}
     for g, owner in owner_of.items():
         if owner:
