@@ -24,13 +24,14 @@ from dataclasses import dataclass, field, replace
 
 from gpuwait.analysis.activity import gpu_activity
 from gpuwait.analysis.attribution import DIRECT, HOST, Attribution, VerdictRules, attribute, verdict
-from gpuwait.analysis.collectives import join_ranks_to_gpus
+from gpuwait.analysis.collectives import join_ranks_to_gpus, nearest_nics
+from gpuwait.analysis.evidence import collectives as nccl_timing
 from gpuwait.analysis.evidence import workload
 from gpuwait.analysis.evidence.checkpoint import checkpoint
 from gpuwait.analysis.evidence.data_pipeline import DataPipeline
 from gpuwait.analysis.evidence.data_pipeline import throttled as cpu_throttled
 from gpuwait.analysis.evidence.host_transfer import host_transfer
-from gpuwait.analysis.evidence.network import LinkAlignment, Network
+from gpuwait.analysis.evidence.network import MIN_PEAK, LinkAlignment, Network
 from gpuwait.analysis.evidence.storage import OWNER_READ_BYTES, storage
 from gpuwait.analysis.evidence.sync import sync
 from gpuwait.analysis.evidence.throttled import throttled
@@ -160,7 +161,8 @@ class VerdictAnalyser:
         scope = _OwnerScope(inputs, grid, settings)
         device_reading = inputs.latest.get("gpu_device")
         collectives = join_ranks_to_gpus(inputs.views.get("nccl"), getattr(device_reading, "data", None),
-                                         at=inputs.end).gpus
+                                         getattr(inputs.latest.get("rdma"), "data", None), at=inputs.end).gpus
+        late: dict[str, bool] = {}
 
         activity = {g: gpu_activity(gpu_view, grid, g, settings) for g in gpus}
         rules = VerdictRules(settings[MIN_IDLE_RATIO], settings[MIN_CAUSE_SHARE], settings[MIN_THROTTLED_SHARE])
@@ -177,7 +179,15 @@ class VerdictAnalyser:
             waiting = [max(x, f) if x == x else x for x, f in zip(act.idle, act.footprint)]
             links = network.alignment(act.activity, waiting)
             sync_at = sync(g, owner, activity, owner_of)
-            stalled = collective_stalled(gpu_view, grid, g, info, collectives.get(uuid), settings)
+            timing = collectives.get(uuid)
+            # NCCL's own timing of the GPU's collectives outranks the host's inference about them.
+            timed_sync = nccl_timing.sync(timing, act)
+            if timed_sync is not None:
+                sync_at = timed_sync
+                late[uuid] = bool(nccl_timing.straggler(timing))
+            timed_network = nccl_timing.network(timing, act, network.port_rates(nearest_nics(info)) if info else [],
+                                                settings[MIN_PEAK])
+            stalled = collective_stalled(gpu_view, grid, g, info, timing, settings)
             first = stall_start(grid, settings) if stalled else n
             if stalled:
                 # Its ranks wait in a collective a peer does not join (A12): the resident kernel
@@ -202,7 +212,7 @@ class VerdictAnalyser:
                 the network evidence of ``links``."""
                 # Rates are measured over sampling intervals whose edges cut a copy or a burst:
                 # an instant within one interval of the traffic is concurrent with it.
-                network_at = _widened([DIRECT if b else 0.0 for b in network.evidence(links)])
+                network_at = _strongest(_widened([DIRECT if b else 0.0 for b in network.evidence(links)]), timed_network)
                 # A resident collective's instant is a wait only where the network or a peer explains it.
                 idle = [1.0 if i >= first else (max(x, f) if f > 0.0 and (network_at[i] or sync_at[i]) else x)
                         for i, (x, f) in enumerate(zip(act.idle, act.footprint))]
@@ -245,7 +255,7 @@ class VerdictAnalyser:
                 links=tuple(a for a, _ in links), busy_signal=act.signal,
                 collective_stalled=stalled,
             ), inputs.end))
-        results = _mark_stragglers(results, settings)
+        results = _mark_stragglers(results, settings, late)
         return NodeVerdict(tuple(results), _node_verdict(results), _node_waits(results))
 
     def _published(self, result: GpuVerdict, end: float) -> GpuVerdict:
@@ -382,9 +392,13 @@ def _primary_owner(info: GpuDevice | None) -> str:
     return max(uses, key=lambda u: (u.processes, u.owner)).owner
 
 
-def _mark_stragglers(results: list[GpuVerdict], settings: Settings) -> list[GpuVerdict]:
+def _mark_stragglers(results: list[GpuVerdict], settings: Settings, late: dict[str, bool] | None = None) -> list[GpuVerdict]:
     """In each owner's group of GPUs, the one the others wait for: it computes the longest
-    while its peers' idle time is spent waiting on it (A12)."""
+    while its peers' idle time is spent waiting on it (A12). Where NCCL's timing covers the
+    group's GPUs (``late``: uuid -> whether it named that GPU the rank the others wait for),
+    it names the straggler instead: the rank whose collectives are shortest is the last to
+    arrive (analysis.evidence.collectives)."""
+    late = late or {}
     groups: dict[str, list[GpuVerdict]] = {}
     for r in results:
         if r.owner:
@@ -392,6 +406,9 @@ def _mark_stragglers(results: list[GpuVerdict], settings: Settings) -> list[GpuV
     stragglers = set()
     for members in groups.values():
         if len(members) < 2:
+            continue
+        if any(m.uuid in late for m in members):
+            stragglers.update(m.uuid for m in members if late.get(m.uuid))
             continue
         waiting = [m for m in members if m.attribution.wait_ratio.get("sync", 0.0) >= settings[MIN_IDLE_RATIO]]
         if not waiting:
