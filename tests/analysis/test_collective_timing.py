@@ -8,7 +8,7 @@ import pytest
 
 from gpuwait.analysis.activity import GpuActivity
 from gpuwait.analysis.attribution import DIRECT, Attribution
-from gpuwait.analysis.collectives import GpuCollectives, join_ranks_to_gpus
+from gpuwait.analysis.collectives import GpuCollectives, join_ranks_to_gpus, since
 from gpuwait.analysis.evidence import collectives as timing
 from gpuwait.analysis.verdict import GpuVerdict, _mark_stragglers
 from gpuwait.collectors.gpu.payload import GpuDevice, GpuDeviceData
@@ -27,15 +27,22 @@ def node(n=4, nics=None) -> GpuDeviceData:
         for i in range(n)))
 
 
-def job(per_op: dict[int, float], bus_rate=20e9, n_nodes=1, seconds=10):
+def job(per_op: dict[int, float], bus_rate=20e9, n_nodes=1, seconds=10, start=100.0, late_from=None, late=None):
     """One communicator whose rank on GPU i spends ``per_op[i]`` seconds in each of its
     collectives, every rank moving the same bytes at ``bus_rate`` while it transfers (the
-    shortest time is all transfer)."""
-    transfer = min(per_op.values())
-    readings = [reading_at(100.0 + s, *(rank(comm="0xdp", rank=i, pid=1000 + i, n_nodes=n_nodes, ops=STEP_OPS * s,
-                                             exec_s=STEP_OPS * s * t, bus=STEP_OPS * s * transfer * bus_rate)
-                                        for i, t in per_op.items()))
-                for s in range(seconds + 1)]
+    shortest time is all transfer), read every second from ``start``; from second
+    ``late_from`` on, the times are ``late`` instead."""
+    sums = {i: [0.0, 0.0] for i in per_op}
+    readings = []
+    for s in range(seconds + 1):
+        if s:
+            times = late if late_from is not None and s > late_from else per_op
+            transfer = min(times.values())
+            for i, t in times.items():
+                sums[i][0] += STEP_OPS * t
+                sums[i][1] += STEP_OPS * transfer * bus_rate
+        readings.append(reading_at(start + s, *(rank(comm="0xdp", rank=i, pid=1000 + i, n_nodes=n_nodes, ops=STEP_OPS * s,
+                                                     exec_s=sums[i][0], bus=sums[i][1]) for i in per_op)))
     return view_of(readings)
 
 
@@ -165,7 +172,8 @@ def test_the_timing_names_the_straggler_where_the_host_would_name_another():
 
 # -- through the verdict ---------------------------------------------------------------------
 
-def _through_verdict(per_op: dict[int, float] | None, compute=(0.6, 0.6, 0.9), bus_rate=20e9, port_rate=None):
+def _through_verdict(per_op: dict[int, float] | None, compute=(0.6, 0.6, 0.9), bus_rate=20e9, port_rate=None,
+                     **lateness):
     """Three GPUs of one job, 60 s: each computes ``compute[i]`` of each 1 s step and sits
     in NCCL's resident kernel (SM at its footprint, memory resting) for the rest. By default
     GPUs 0 and 1 are resident while GPU 2 still computes: to the host, a wait for a peer.
@@ -199,7 +207,7 @@ def _through_verdict(per_op: dict[int, float] | None, compute=(0.6, 0.6, 0.9), b
     views = {"gpu": WindowView(times, columns), "gpu_device": owner_view}
     latest = {"gpu_device": Reading("gpu_device", 60.0, devices)}
     if per_op is not None:
-        views["nccl"] = job(per_op, bus_rate=bus_rate, n_nodes=2 if spans else 1, seconds=60)
+        views["nccl"] = job(per_op, bus_rate=bus_rate, n_nodes=2 if spans else 1, seconds=60, start=0.0, **lateness)
     if spans:
         port = RdmaPortData(1, "InfiniBand", "", 4, "", 5, "", 50e9, "4X", "NDR", {}, {})
         latest["rdma"] = Reading("rdma", 60.0, RdmaData(tuple(
@@ -256,3 +264,31 @@ def test_the_timing_names_a_straggler_the_hosts_idle_shares_do_not_separate():
     # not waits, by NCCL's timing, so it computes the longest.
     got = _through_verdict({0: 0.1, 1: 0.4, 2: 0.4})
     assert [g.straggler for g in got.values()] == [True, False, False]
+
+
+def test_a_lateness_that_began_recently_is_judged_on_the_recent_reads():
+    # GPU 2's rank has been late for the last 15 s only: over the whole window the spread is
+    # diluted below half, over the recent reads it is most of the others' collective time.
+    view = job({0: 0.4, 1: 0.4, 2: 0.4}, seconds=60, start=0.0, late_from=45, late={0: 0.4, 1: 0.4, 2: 0.1})
+    whole = join_ranks_to_gpus(view, node(3)).gpus["GPU-0"]
+    recent = join_ranks_to_gpus(since(view, 45.0), node(3)).gpus["GPU-0"]
+    assert whole.peer_wait_ratio < timing.MOST <= recent.peer_wait_ratio
+    # the recent instants take the recent timing; the earlier ones the window's, or the host's
+    host = [1.0] * 6
+    assert timing.over([0.0] * 6, [DIRECT] * 6, 4, host) == [0.0] * 4 + [DIRECT] * 2
+    assert timing.over(None, [DIRECT] * 6, 4, host) == [1.0] * 4 + [DIRECT] * 2
+    assert timing.over(None, None, 4, host) is None
+    # through the verdict: the short window raises it
+    got = _through_verdict({0: 0.4, 1: 0.4, 2: 0.4}, late_from=45, late={0: 0.4, 1: 0.4, 2: 0.1})
+    assert (got["0"].verdict, got["1"].verdict) == ("sync", "sync")
+
+
+def test_a_network_that_slowed_down_recently_is_judged_on_the_recent_reads():
+    # over the window the transfer averages 0.8 of the NICs' rate; over the recent reads 0.3
+    act = activity(IN_COLLECTIVE)
+    got = timing.timed(inter_node(0.8), inter_node(0.3), act, [BUSY], 3, [0.0] * 6, MIN_RATE)
+    assert got.network == [0.0, 0.0, 0.0, 0.0, DIRECT, 0.0]
+    assert timing.timed(inter_node(0.8), inter_node(0.8), act, [BUSY], 3, [0.0] * 6, MIN_RATE).network is None
+    # and the straggler is a statement about the window
+    assert got.straggler is False
+    assert timing.timed(None, None, act, [BUSY], 3, [1.0] * 6, MIN_RATE) == timing.Timed([1.0] * 6, None, None)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuwait.analysis.activity import gpu_activity
 from gpuwait.analysis.attribution import DIRECT, HOST, Attribution, VerdictRules, attribute, verdict
-from gpuwait.analysis.collectives import join_ranks_to_gpus, nearest_nics
+from gpuwait.analysis.collectives import join_ranks_to_gpus, nearest_nics, since
 from gpuwait.analysis.evidence import collectives as nccl_timing
 from gpuwait.analysis.evidence import workload
 from gpuwait.analysis.evidence.checkpoint import checkpoint
@@ -160,8 +160,10 @@ class VerdictAnalyser:
         network = Network(inputs, grid, settings, gap)
         scope = _OwnerScope(inputs, grid, settings)
         device_reading = inputs.latest.get("gpu_device")
-        collectives = join_ranks_to_gpus(inputs.views.get("nccl"), getattr(device_reading, "data", None),
-                                         getattr(inputs.latest.get("rdma"), "data", None), at=inputs.end).gpus
+        nccl_view, rdma_data = inputs.views.get("nccl"), getattr(inputs.latest.get("rdma"), "data", None)
+        collectives = join_ranks_to_gpus(nccl_view, getattr(device_reading, "data", None), rdma_data, at=inputs.end).gpus
+        recent = join_ranks_to_gpus(since(nccl_view, inputs.end - settings[SHORT_WINDOW]),
+                                    getattr(device_reading, "data", None), rdma_data, at=inputs.end).gpus
         late: dict[str, bool] = {}
 
         activity = {g: gpu_activity(gpu_view, grid, g, settings) for g in gpus}
@@ -181,12 +183,11 @@ class VerdictAnalyser:
             sync_at = sync(g, owner, activity, owner_of)
             timing = collectives.get(uuid)
             # NCCL's own timing of the GPU's collectives outranks the host's inference about them.
-            timed_sync = nccl_timing.sync(timing, act)
-            if timed_sync is not None:
-                sync_at = timed_sync
-                late[uuid] = bool(nccl_timing.straggler(timing))
-            timed_network = nccl_timing.network(timing, act, network.port_rates(nearest_nics(info)) if info else [],
-                                                settings[MIN_PEAK])
+            timed = nccl_timing.timed(timing, recent.get(uuid), act, network.port_rates(nearest_nics(info)) if info else [],
+                                      short_start, sync_at, settings[MIN_PEAK])
+            sync_at, timed_network = timed.sync, timed.network
+            if timed.straggler is not None:
+                late[uuid] = timed.straggler
             stalled = collective_stalled(gpu_view, grid, g, info, timing, settings)
             first = stall_start(grid, settings) if stalled else n
             if stalled:

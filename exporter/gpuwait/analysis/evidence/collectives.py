@@ -30,6 +30,11 @@ rank of each communicator. Set against the other ranks of the communicator on th
   silent and the link evidence (analysis.evidence.network) judges it. Collectives within a
   node (NVLink, whose rate NVML does not report) are not judged on bandwidth.
 
+The split is a mean over the period it is computed on, so a lateness that began a few
+seconds ago is diluted over the whole window: the recent instants (verdict.short-window) are
+judged on the timing of the recent reads, the earlier ones on the window's (``over``), as the
+links are (analysis.evidence.network).
+
 "Most" is the half: of two parts of one time, the larger. Without Inspector records (or
 with Prometheus-mode files, which give no counts, or a GPU whose communicator has no other
 rank on this node) nothing here applies and the host's evidence stands alone.
@@ -38,6 +43,7 @@ rank on this node) nothing here applies and the host's evidence stands alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from gpuwait.analysis.activity import GpuActivity
 from gpuwait.analysis.attribution import DIRECT
@@ -73,10 +79,11 @@ def straggler(timing: GpuCollectives | None) -> bool | None:
 
 
 def network(timing: GpuCollectives | None, act: GpuActivity, ports: Sequence[Sequence[float]],
-            min_rate: float) -> list[float] | None:
+            min_rate: float, start: int = 0) -> list[float] | None:
     """Per instant, the network evidence NCCL's timing gives; ``ports`` are the rates on the
     grid of the GPU's nearest NICs' ports, ``min_rate`` the rate below which a port carries
-    noise, not traffic (verdict.network.min-peak). None where it says nothing."""
+    noise, not traffic (verdict.network.min-peak). Only the instants from ``start`` on are
+    judged (the period ``timing`` covers). None where it says nothing."""
     if timing is None or timing.capacity != "nic" or not ports:
         return None
     ratio = timing.transfer_capacity_ratio
@@ -84,9 +91,41 @@ def network(timing: GpuCollectives | None, act: GpuActivity, ports: Sequence[Seq
         ratio = timing.bus_capacity_ratio
     if ratio is None or ratio >= MOST:
         return None
-    inside = in_collective(act)
+    inside = [c and i >= start for i, c in enumerate(in_collective(act))]
     busy = [any(p[i] == p[i] and p[i] >= min_rate for p in ports) for i in range(len(inside))]
     collective = sum(inside)
     if collective == 0 or sum(c and b for c, b in zip(inside, busy)) < MOST * collective:
         return None
     return [DIRECT if c and b else 0.0 for c, b in zip(inside, busy)]
+
+
+def over(window: Sequence[float] | None, recent: Sequence[float] | None, start: int,
+         otherwise: Sequence[float]) -> list[float] | None:
+    """The evidence of the window's timing before ``start`` and of the recent timing from
+    it, ``otherwise`` where either says nothing; None where neither says anything."""
+    if window is None and recent is None:
+        return None
+    before = window if window is not None else otherwise
+    after = recent if recent is not None else otherwise
+    return list(before[:start]) + list(after[start:])
+
+
+@dataclass(frozen=True, slots=True)
+class Timed:
+    """What NCCL's timing says about one GPU over a pass: its sync evidence (the host's where
+    the timing says nothing), its network evidence and whether it is the straggler (None
+    where the timing does not cover its peers)."""
+
+    sync: list[float]
+    network: list[float] | None
+    straggler: bool | None
+
+
+def timed(window: GpuCollectives | None, recent: GpuCollectives | None, act: GpuActivity,
+          ports: Sequence[Sequence[float]], start: int, host_sync: Sequence[float], min_rate: float) -> Timed:
+    """The evidence of the window's timing (``window``) before ``start``, of the recent
+    reads' (``recent``) from it."""
+    told = over(sync(window, act), sync(recent, act), start, host_sync)
+    links = over(network(window, act, ports, min_rate), network(recent, act, ports, min_rate, start=start),
+                 start, [0.0] * len(host_sync))
+    return Timed(list(host_sync) if told is None else told, links, straggler(window))
