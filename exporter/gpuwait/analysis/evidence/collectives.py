@@ -25,8 +25,10 @@ rank of each communicator. Set against the other ranks of the communicator on th
   the collective, is a network that delivers less than its links' speed (congestion, a
   degraded port): direct network evidence at the instants the ports carry it. The ports must
   be busy: a collective slow because a rank on another node is late leaves them quiet while
-  it waits (the ring moves nothing until every rank is there), and small messages leave them
-  at noise. A large message at full bus bandwidth is not slow on this count: the rule stays
+  it waits (each step of a ring or a tree needs its peer's data, so the exchange stalls at
+  the missing rank until it arrives), and small messages leave them at noise. Ports that
+  also carry another job's traffic count as busy; the collective's own slowness is still
+  what the rule asks for. A large message at full bus bandwidth is not slow on this count: the rule stays
   silent and the link evidence (analysis.evidence.network) judges it. Collectives within a
   node (NVLink, whose rate NVML does not report) are not judged on bandwidth.
 
