@@ -37,9 +37,11 @@ seconds ago is diluted over the whole window: the recent instants (verdict.short
 judged on the timing of the recent reads, the earlier ones on the window's (``over``), as the
 links are (analysis.evidence.network).
 
-"Most" is the half: of two parts of one time, the larger. Without Inspector records (or
-with Prometheus-mode files, which give no counts, or a GPU whose communicator has no other
-rank on this node) nothing here applies and the host's evidence stands alone.
+"Most" is the half: of two parts of one time, the larger. Without Inspector records nothing
+here applies and the host's evidence stands alone. Prometheus-mode files give no counts, so
+no spread: the sync rule does not apply, and their bus bandwidth gauge (waits included, so
+the busy ports decide) stands in for the transfer's; nor does it for a GPU whose
+communicator has no other rank on this node.
 """
 
 from __future__ import annotations
