@@ -1,6 +1,6 @@
 """Scores gpuwait's verdict on the evaluation set.
 
-    python3 -m evaluation.score [--jobs N] [--scenario NAME,...] [--seed N] [--json OUT]
+    python3 -m evaluation.score [--jobs N] [--scenario NAME,...] [--seed N] [--json OUT] [--without SOURCE,...]
 
 Generates the traces (kept in evaluation.cache's folder, so a second run only replays them),
 then for each steady scenario runs ``gpuwait diagnose --trace FILE --json`` of this checkout
@@ -11,11 +11,16 @@ the GPUs right and the misses, the confusion table (rows: the truth, columns: th
 the share of GPUs right, the false waits (a GPU whose truth is none given a cause), and for
 the onsets the delay from the onset to the right verdict (median, p90, share within 15 s).
 It asserts nothing: the figures are the result.
+
+``--without nccl`` replays copies of the traces with that source's readings left out (kept
+beside the traces, in a folder named after the sources dropped): the same node, as an
+exporter that cannot read it would see it. The model and the truths are unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import sys
@@ -39,6 +44,29 @@ def prepare(scenarios: list[Scenario], seed: int, jobs: int) -> str:
         print(f"generating {len(todo)} trace(s) into {out}", file=sys.stderr)
         generate_all([s for s in scenarios if s.name in todo], out, seed, fmt, jobs)
     return out
+
+
+def without(out: str, names: list[str], dropped: frozenset[str]) -> str:
+    """A folder beside ``out`` with the traces of ``names`` minus the readings of the sources
+    ``dropped``, and their truths; copies already there are kept."""
+    folder = f"{out}-without-{'+'.join(sorted(dropped))}"
+    os.makedirs(folder, exist_ok=True)
+    for name in names:
+        trace, truth = os.path.join(folder, f"{name}.jsonl.gz"), os.path.join(folder, f"{name}.truth.json")
+        if os.path.exists(truth) and os.path.exists(trace):
+            continue
+        partial = trace + ".partial"
+        with gzip.open(os.path.join(out, f"{name}.jsonl.gz"), "rt", encoding="utf-8") as src, \
+                gzip.open(partial, "wt", encoding="utf-8", compresslevel=5) as dst:
+            for line in src:
+                # The header has no source: it is kept.
+                if json.loads(line).get("source") not in dropped:
+                    dst.write(line)
+        os.replace(partial, trace)
+        with open(os.path.join(out, f"{name}.truth.json")) as f, open(truth + ".partial", "w") as g:
+            g.write(f.read())
+        os.replace(truth + ".partial", truth)
+    return folder
 
 
 def run_one(task: tuple[str, str, str]) -> dict:
@@ -154,8 +182,10 @@ def render(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def evaluate(scenarios: list[Scenario], seed: int = 1, jobs: int = 1) -> dict:
+def evaluate(scenarios: list[Scenario], seed: int = 1, jobs: int = 1, dropped: frozenset[str] = frozenset()) -> dict:
     out = prepare(scenarios, seed, jobs)
+    if dropped:
+        out = without(out, [s.name for s in scenarios], dropped)
     truths = {}
     for s in scenarios:
         with open(os.path.join(out, f"{s.name}.truth.json")) as f:
@@ -178,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", default="", metavar="NAME,...", help="only these scenarios")
     parser.add_argument("--seed", type=int, default=1, help="the model's seed (default 1)")
     parser.add_argument("--json", default="", metavar="OUT", help="also write the whole result as JSON to OUT")
+    parser.add_argument("--without", default="", metavar="SOURCE,...",
+                        help="replay the traces with these sources' readings left out (e.g. nccl)")
     args = parser.parse_args(argv)
     try:
         scenarios = select(args.scenario or None)
@@ -185,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"evaluation.score: {e.args[0]}", file=sys.stderr)
         return 2
     started = time.monotonic()
-    summary = evaluate(scenarios, args.seed, max(1, args.jobs))
+    dropped = frozenset(x for x in args.without.split(",") if x)
+    summary = evaluate(scenarios, args.seed, max(1, args.jobs), dropped)
+    summary["without"] = sorted(dropped)
     summary["seconds"] = round(time.monotonic() - started, 1)
     print(render(summary))
     print(f"({len(scenarios)} scenarios in {summary['seconds']:.0f} s; traces in {summary['traces']})")

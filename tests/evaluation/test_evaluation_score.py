@@ -72,3 +72,22 @@ def test_the_command_line_names_an_unknown_scenario():
     proc = subprocess.run([sys.executable, "-m", "evaluation.score", "--scenario", "no_such_scenario"],
                           capture_output=True, text=True, cwd=REPO, timeout=60)
     assert proc.returncode == 2 and "no_such_scenario" in proc.stderr
+
+
+def test_without_leaves_a_sources_readings_out_of_a_copy(tmp_path):
+    import gzip
+
+    from evaluation.score import without
+    lines = [{"format": "gpuwait-trace", "version": 2}, {"t": 0.0, "source": "gpu", "data": {}},
+             {"t": 0.6, "source": "nccl", "data": {}}, {"t": 1.0, "source": "gpu", "data": {}}]
+    with gzip.open(tmp_path / "s.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps(x) + "\n" for x in lines)
+    (tmp_path / "s.truth.json").write_text('{"gpus": []}')
+    folder = without(str(tmp_path), ["s"], frozenset({"nccl"}))
+    assert folder.endswith("-without-nccl")
+    with gzip.open(f"{folder}/s.jsonl.gz", "rt") as f:
+        kept = [json.loads(line) for line in f]
+    assert kept == [lines[0], lines[1], lines[3]]
+    with gzip.open(tmp_path / "s.jsonl.gz", "rt") as f:
+        assert len(f.readlines()) == 4  # the cached trace itself is untouched
+    assert open(f"{folder}/s.truth.json").read() == '{"gpus": []}'

@@ -24,13 +24,14 @@ from dataclasses import dataclass, field, replace
 
 from gpuwait.analysis.activity import GpuActivity, gpu_activity
 from gpuwait.analysis.attribution import DIRECT, HOST, Attribution, VerdictRules, attribute, verdict
-from gpuwait.analysis.collectives import join_ranks_to_gpus
+from gpuwait.analysis.collectives import join_ranks_to_gpus, nearest_nics, since
+from gpuwait.analysis.evidence import collectives as nccl_timing
 from gpuwait.analysis.evidence import workload
 from gpuwait.analysis.evidence.checkpoint import checkpoint
 from gpuwait.analysis.evidence.data_pipeline import DataPipeline
 from gpuwait.analysis.evidence.data_pipeline import throttled as cpu_throttled
 from gpuwait.analysis.evidence.host_transfer import host_transfer
-from gpuwait.analysis.evidence.network import LinkAlignment, Network
+from gpuwait.analysis.evidence.network import MIN_PEAK, LinkAlignment, Network
 from gpuwait.analysis.evidence.storage import OWNER_READ_BYTES, storage
 from gpuwait.analysis.evidence.sync import quiet_wait, sync
 from gpuwait.analysis.evidence.throttled import throttled
@@ -167,8 +168,11 @@ class VerdictAnalyser:
         scope = _OwnerScope(inputs, grid, settings)
         host_quiet = network.quiet()
         device_reading = inputs.latest.get("gpu_device")
-        collectives = join_ranks_to_gpus(inputs.views.get("nccl"), getattr(device_reading, "data", None),
-                                         at=inputs.end).gpus
+        nccl_view, rdma_data = inputs.views.get("nccl"), getattr(inputs.latest.get("rdma"), "data", None)
+        collectives = join_ranks_to_gpus(nccl_view, getattr(device_reading, "data", None), rdma_data, at=inputs.end).gpus
+        recent = join_ranks_to_gpus(since(nccl_view, inputs.end - settings[SHORT_WINDOW]),
+                                    getattr(device_reading, "data", None), rdma_data, at=inputs.end).gpus
+        late: dict[str, bool] = {}
 
         activity = {g: gpu_activity(gpu_view, grid, g, settings) for g in gpus}
         demand_of = _demand(owners, owner_of, activity, device, grid, settings, _latest_interval(inputs))
@@ -185,15 +189,22 @@ class VerdictAnalyser:
             owned = _Owned.of(scope, owner, owners[owner].cores if owner in owners else math.nan)
             waiting = [max(x, f) if x == x else x for x, f in zip(act.idle, act.footprint)]
             links = network.alignment(act.activity, waiting)
+            timing = collectives.get(uuid)
+            # NCCL's own timing of the GPU's collectives outranks the host's inference about them.
+            timed = nccl_timing.timed(timing, recent.get(uuid), act, network.port_rates(nearest_nics(info)) if info else [],
+                                      short_start, sync(g, owner, activity, owner_of), settings[MIN_PEAK])
+            peer_sync, timed_network = timed.sync, timed.network
+            if timed.straggler is not None:
+                late[uuid] = timed.straggler
             # The GPU's own signs of waiting in a collective, which need no peer on this node.
             own_sync = quiet_wait(gpu_view, grid, g, info, act, host_quiet)
-            stalled = collective_stalled(gpu_view, grid, g, info, collectives.get(uuid), settings)
+            stalled = collective_stalled(gpu_view, grid, g, info, timing, settings)
             first = stall_start(grid, settings) if stalled else n
             if stalled:
                 # Its ranks wait in a collective a peer does not join (A12): the resident kernel
                 # is the wait itself, whatever share of the SMs it holds.
                 own_sync = [DIRECT if i >= first else v for i, v in enumerate(own_sync)]
-            sync_at = _strongest(sync(g, owner, activity, owner_of), own_sync)
+            sync_at = _strongest(peer_sync, own_sync)
             host_evidence: dict[str, Sequence[float]] = {
                 "storage": owned.scoped(host_storage),
                 "data_pipeline": _strongest(
@@ -214,7 +225,7 @@ class VerdictAnalyser:
                 cause's evidence and the owner's demand, with the network evidence of ``links``."""
                 # Rates are measured over sampling intervals whose edges cut a copy or a burst:
                 # an instant within one interval of the traffic is concurrent with it.
-                network_at = _widened([DIRECT if b else 0.0 for b in network.evidence(links)])
+                network_at = _strongest(_widened([DIRECT if b else 0.0 for b in network.evidence(links)]), timed_network)
                 # A resident collective's instant is a wait only where the network or a peer
                 # explains it; that wait is inside a kernel, so only they explain it (attribution).
                 idle, resident = [], []
@@ -268,7 +279,7 @@ class VerdictAnalyser:
                 links=tuple(a for a, _ in links), busy_signal=act.signal,
                 collective_stalled=stalled,
             ), inputs.end))
-        results = _mark_stragglers(results, settings)
+        results = _mark_stragglers(results, settings, late)
         return NodeVerdict(tuple(results), _node_verdict(results), _node_waits(results))
 
     def _published(self, result: GpuVerdict, end: float) -> GpuVerdict:
@@ -466,9 +477,13 @@ def _primary_owner(info: GpuDevice | None) -> str:
     return max(uses, key=lambda u: (u.processes, u.owner)).owner
 
 
-def _mark_stragglers(results: list[GpuVerdict], settings: Settings) -> list[GpuVerdict]:
+def _mark_stragglers(results: list[GpuVerdict], settings: Settings, late: dict[str, bool] | None = None) -> list[GpuVerdict]:
     """In each owner's group of GPUs, the one the others wait for: it computes the longest
-    while its peers' idle time is spent waiting on it (A12)."""
+    while its peers' idle time is spent waiting on it (A12). Where NCCL's timing covers the
+    group's GPUs (``late``: uuid -> whether it named that GPU the rank the others wait for),
+    it names the straggler instead: the rank whose collectives are shortest is the last to
+    arrive (analysis.evidence.collectives)."""
+    late = late or {}
     groups: dict[str, list[GpuVerdict]] = {}
     for r in results:
         if r.owner:
@@ -476,6 +491,9 @@ def _mark_stragglers(results: list[GpuVerdict], settings: Settings) -> list[GpuV
     stragglers = set()
     for members in groups.values():
         if len(members) < 2:
+            continue
+        if any(m.uuid in late for m in members):
+            stragglers.update(m.uuid for m in members if late.get(m.uuid))
             continue
         waiting = [m for m in members if m.attribution.wait_ratio.get("sync", 0.0) >= settings[MIN_IDLE_RATIO]]
         if not waiting:

@@ -7,6 +7,9 @@ congested fabric, lognormal goodput) and the correlation is diluted, its bursts 
 all inside the GPU's waits, far more than the waits' share of the window would give a link
 on its own rhythm. The instants where such a link bursts (near its peak in the window) are
 the network evidence.
+
+Where NCCL Inspector's records time the GPU's collectives, a transfer well under the GPU's
+share of its NICs' rate on busy ports adds to this evidence (analysis.evidence.collectives).
 """
 
 from __future__ import annotations
@@ -129,6 +132,10 @@ class Network:
             return [False] * self.n
         floor = self.settings[MIN_PEAK]
         return [all(rate[i] == rate[i] and rate[i] < floor for _, rate in self.links) for i in range(self.n)]
+
+    def port_rates(self, devices: set[str]) -> list[list[float]]:
+        """The rates on the grid of the RDMA ports of ``devices`` (NIC names)."""
+        return [rate for link, rate in self.links if link.kind == "rdma" and link.link.split(":")[0] in devices]
 
     def evidence(self, links: list[tuple[LinkAlignment, list[bool]]]) -> list[bool]:
         evidence = [False] * self.n

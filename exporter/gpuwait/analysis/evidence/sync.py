@@ -10,6 +10,10 @@ with no kernel at all while a peer computes is not evidence of a barrier: with N
 the barrier is never kernel-free, and GPUs of one owner that are not in lockstep idle that
 way too. (A host-staged collective's wait for a straggler, MPI or Gloo, is not told apart
 from too little work; once the exchange starts its link traffic shows it.)
+
+Where NCCL Inspector's records time the GPU's collectives against its communicator's other
+ranks on the node, that timing replaces this inference (analysis.evidence.collectives): it
+tells the wait for a late rank from the transfer, which a resident kernel's footprint cannot.
 """
 
 from __future__ import annotations
