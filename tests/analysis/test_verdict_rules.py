@@ -414,3 +414,14 @@ def test_a_process_driving_several_gpus_needs_one_busy_thread_not_one_per_gpu(se
     assert _demand_of(settings, cores=2.0, util=0.3, processes=1, gpus=8) is True
     # Eight processes, one per GPU, asleep between requests, each spinning through its kernels.
     assert _demand_of(settings, cores=8 * 0.32, util=0.3, processes=8, gpus=8) is False
+
+
+def test_the_node_names_what_holds_its_gpus_back_not_the_barrier():
+    from gpuwait.analysis.verdict import GpuVerdict, _node_verdict
+
+    def gpu(i, cause):
+        return GpuVerdict(str(i), f"GPU-{i}", "o", True, cause, _attr(0.4, **{cause: 0.4}))
+    # Seven GPUs wait at the barrier for one whose link trained down: the node waits on the copy.
+    assert _node_verdict([gpu(0, "host_transfer")] + [gpu(i, "sync") for i in range(1, 8)]) == "host_transfer"
+    # A straggler that computes longer has nothing named: the barrier is the node's wait.
+    assert _node_verdict([gpu(0, "none")] + [gpu(i, "sync") for i in range(1, 8)]) == "sync"
