@@ -8,7 +8,8 @@ import pytest
 
 from gpuwait.analysis.activity import GpuActivity
 from gpuwait.analysis.attribution import DIRECT, Attribution
-from gpuwait.analysis.collectives import GpuCollectives, join_ranks_to_gpus, since
+from gpuwait.analysis.collectives import GpuCollectives, join_ranks_to_gpus
+from gpuwait.collectors.nccl.window import since
 from gpuwait.analysis.evidence import collectives as timing
 from gpuwait.analysis.verdict import GpuVerdict, _mark_stragglers
 from gpuwait.collectors.gpu.payload import GpuDevice, GpuDeviceData

@@ -188,15 +188,6 @@ def peer_waits(ranks: list[tuple[nccl_window.Rank, int]]) -> dict[nccl_window.Id
     return out
 
 
-def since(view: WindowView | None, t: float) -> WindowView | None:
-    """The reads of ``view`` from the last one before ``t`` on: their counters' increases
-    cover the time from ``t`` to the end."""
-    if view is None:
-        return None
-    first = max(0, next((i for i, x in enumerate(view.times) if x >= t), len(view.times)) - 1)
-    return WindowView(list(view.times[first:]), {key: list(view.column(key))[first:] for key in view.columns})
-
-
 def _match(rank: nccl_window.Rank, by_pid, by_uuid, by_index, node_hostname) -> tuple[int, str] | None:
     on = by_pid.get(rank.pid, []) if rank.pid > 0 else []
     if len(on) == 1:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuwait.analysis.activity import GpuActivity, gpu_activity
 from gpuwait.analysis.attribution import DIRECT, HOST, Attribution, VerdictRules, attribute, verdict
-from gpuwait.analysis.collectives import join_ranks_to_gpus, nearest_nics, since
+from gpuwait.analysis.collectives import join_ranks_to_gpus, nearest_nics
 from gpuwait.analysis.evidence import collectives as nccl_timing
 from gpuwait.analysis.evidence import workload
 from gpuwait.analysis.evidence.checkpoint import checkpoint
@@ -38,6 +38,7 @@ from gpuwait.analysis.evidence.throttled import throttled
 from gpuwait.analysis.stall import collective_stalled, stall_start
 from gpuwait.analysis.timeseries import HOLD_INTERVALS, Grid, dominant_period
 from gpuwait.collectors.gpu import window as gpu_window
+from gpuwait.collectors.nccl import window as nccl_window
 from gpuwait.collectors.gpu.payload import GpuDevice
 from gpuwait.core.config import MIN_INTERVAL, Option, Settings, parse_duration, parse_fraction, parse_positive
 from gpuwait.core.facts import EVIDENCE_ORDER
@@ -170,7 +171,7 @@ class VerdictAnalyser:
         device_reading = inputs.latest.get("gpu_device")
         nccl_view, rdma_data = inputs.views.get("nccl"), getattr(inputs.latest.get("rdma"), "data", None)
         collectives = join_ranks_to_gpus(nccl_view, getattr(device_reading, "data", None), rdma_data, at=inputs.end).gpus
-        recent = join_ranks_to_gpus(since(nccl_view, inputs.end - settings[SHORT_WINDOW]),
+        recent = join_ranks_to_gpus(nccl_window.since(nccl_view, inputs.end - settings[SHORT_WINDOW]),
                                     getattr(device_reading, "data", None), rdma_data, at=inputs.end).gpus
         late: dict[str, bool] = {}
 

@@ -238,3 +238,12 @@ def rank_window(rank: Rank) -> RankWindow | None:
 def summarize(view: WindowView, settings: Settings) -> NcclStats:
     windows = {rank.ident: rank_window(rank) for rank in ranks(view)}
     return NcclStats({key: window for key, window in windows.items() if window is not None})
+
+
+def since(view: WindowView | None, t: float) -> WindowView | None:
+    """The reads of ``view`` from the last one before ``t`` on: their counters' increases
+    cover the time from ``t`` to the end."""
+    if view is None:
+        return None
+    first = max(0, next((i for i, x in enumerate(view.times) if x >= t), len(view.times)) - 1)
+    return WindowView(list(view.times[first:]), {key: list(view.column(key))[first:] for key in view.columns})
