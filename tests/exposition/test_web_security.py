@@ -603,8 +603,9 @@ def test_scrapes_succeed_while_500_slowloris_connections_are_held_open(tmp_path,
             # their number: none of the slow ones has a thread of its own.
             assert max(threads) <= before + SCRAPE_THREADS, (before, threads)
             # and it stayed in place (the deadline cuts the slow ones together, and they
-            # are back within a round)
-            assert sorted(held)[len(held) // 2] >= 250, held
+            # are back within a round): most of a pool of 256 held at the median scrape, the
+            # attacker's reopening racing the cuts
+            assert sorted(held)[len(held) // 2] >= 200, held
         finally:
             slow.stop()
         assert slow.opened > 500  # cut connections were reopened: the pressure was kept up
