@@ -33,11 +33,30 @@ def view_of(times, **signals):
     return WindowView(list(times), {(signal, *GPU): list(values) for signal, values in signals.items()})
 
 
-def test_an_instant_takes_the_sample_stamped_after_it():
-    # Samples every 0.2 s stamped at the end of their period; the grid every 0.1 s.
+def test_an_instant_takes_the_sample_whose_period_covers_the_middle_of_its_step():
+    # Samples every 0.2 s stamped at the end of their period; the grid every 0.1 s. The
+    # instant 0.2 stands for the step (0.2, 0.3], which the sample stamped 0.4 covers.
     column = Column([0.2, 0.4, 0.6, 0.8], [1.0, 0.0, 0.5, 1.0])
     grid = Grid([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], 0.1)
-    assert centred(grid, column) == [1.0, 1.0, 0.0, 0.0, 0.5, 0.5, 1.0]
+    assert centred(grid, column) == [1.0, 0.0, 0.0, 0.5, 0.5, 1.0, 1.0]
+
+
+def test_utilization_lines_up_with_the_link_rate_of_the_same_step():
+    # A link carries bytes during (1.0, 1.5] only; the driver, sampling every 0.1 s, reports
+    # the GPU idle for exactly the periods ending in (1.0, 1.5]. On the grid, the idle
+    # instants are the instants the link's rate is high, not one step later.
+    times = [round(i * 0.1, 1) for i in range(30)]
+    counter, total = [], 0.0
+    for t in times:
+        counter.append(total)
+        total += 1e9 if 1.0 <= t < 1.5 else 0.0
+    util = Column(times, [0.0 if 1.0 < t <= 1.5 else 1.0 for t in times])
+    grid = Grid(times, 0.1)
+    rates = grid.rates(Column(times, counter), 0.5)
+    on_grid = centred(grid, util)
+    busy_link = [i for i, r in enumerate(rates) if r == r and r > 0]
+    idle_gpu = [i for i, u in enumerate(on_grid) if u == 0.0]
+    assert busy_link == idle_gpu == [10, 11, 12, 13, 14]
 
 
 def test_idle_is_one_minus_utilization(settings):
@@ -62,9 +81,10 @@ def test_a_resident_collective_is_a_footprint_candidate(settings):
     dram = [0.5] * 30 + [0.02] * 20
     act = _gpm(settings, sm, dram)
     assert act.signal == "sm_active"
-    assert all(f == 0.0 for f in act.footprint[:30])
-    assert all(f == pytest.approx(1 - 0.15 / 0.82) for f in act.footprint[30:])
-    assert all(x == 0.0 for x in act.idle)  # utilization 100 %: no kernel-free time
+    # (Each instant takes the samples that cover its step: the next ones; the last has none.)
+    assert all(f == 0.0 for f in act.footprint[:29])
+    assert all(f == pytest.approx(1 - 0.15 / 0.82) for f in act.footprint[29:49])
+    assert all(x == 0.0 for x in act.idle[:49])  # utilization 100 %: no kernel-free time
 
 
 def test_memory_bound_compute_is_not_a_footprint(settings):
@@ -74,11 +94,24 @@ def test_memory_bound_compute_is_not_a_footprint(settings):
     assert not any(_gpm(settings, sm, dram).footprint)
 
 
+def test_a_period_part_wide_kernels_part_wait_is_idle_for_the_wait_only(settings):
+    # Kernels keeping 39 % of the SMs busy ran for a fifth of each period: SM activity reads
+    # 0.078, under the floor, but what ran was wide. The rest of the period is idle, and no
+    # kernel was resident in it.
+    act = _gpm(settings, [0.39 * 0.2] * 50, [0.1] * 50, util=[0.2] * 50)
+    assert act.idle[:49] == pytest.approx([0.8] * 49)
+    assert not any(act.resident)
+    # The same SM activity from kernels that ran the whole period is narrow kernels.
+    act = _gpm(settings, [0.39 * 0.2] * 50, [0.1] * 50, util=[1.0] * 50)
+    assert all(x == 1.0 for x in act.idle[:49])
+    assert act.resident[:49] == pytest.approx([1.0] * 49)
+
+
 def test_a_gpu_that_never_computes_wide_has_no_footprint(settings):
     # Tiny kernels throughout (no working level to fall from): idle by the SM floor instead.
     act = _gpm(settings, [0.02] * 50, [0.01] * 50)
     assert not any(act.footprint)
-    assert all(x == 1.0 for x in act.idle)
+    assert all(x == 1.0 for x in act.idle[:49])  # the last instant's samples are not in yet
 
 
 def activity(idle, footprint, signal="sm_active"):
@@ -138,6 +171,92 @@ def test_an_owner_using_less_than_a_core_is_not_what_saturates_one(settings):
     p = pipeline(settings, 4)
     p.saturated = [1.0, 1.0, 1.0, 1.0]
     assert p.evidence([0.6, 0.6, 1.0, 4.0]) == [0.0, 0.0, INFERRED, INFERRED]
+
+
+def test_saturated_cores_of_threads_spinning_on_their_gpus_are_not_data_work(settings):
+    # Eight ranks' main threads spin in cudaStreamSynchronize through their kernels and their
+    # synchronous copies: eight saturated cores, all of them spin. A ninth saturated core is
+    # a decoder (or any other work of the owner's) beyond them.
+    p = pipeline(settings, 3)
+    p.saturated = [8.0, 9.0, 8.0]
+    assert p.evidence([13.0] * 3, [8.0, 8.0, 7.0]) == [0.0, INFERRED, INFERRED]
+    # A thread counts as spinning only where its GPU kept it for the whole instant: where its
+    # GPU idled part of it and the thread stayed saturated, it worked then.
+    busy = [[1.0, 0.5, 0.95], [0.92, 1.0, float("nan")]]
+    assert p.spinning_threads(busy, threads=2) == [2.0, 1.0, 1.0]
+    # One process driving both GPUs spins one thread.
+    assert p.spinning_threads(busy, threads=1) == [1.0, 1.0, 1.0]
+
+
+def test_a_copy_holds_its_thread_for_as_long_as_the_link_carries_it(settings):
+    from gpuwait.analysis.verdict import _spinning
+    from gpuwait.collectors.gpu.payload import GpuDevice
+    from gpuwait.nvml.values import GpuProcess, PcieLink
+
+    # One rank: computing 60 % of each second, then a synchronous copy from pageable memory
+    # for 40 %, at 27 GB/s (the host's memcpy rate, under half of the Gen5 link's).
+    n = 50
+    copying = [i % 10 >= 6 for i in range(n)]
+    times, view = _copies(lambda i: 27e9 * 0.1 if copying[i] else 0.0)
+    idle = [1.0 if c else 0.0 for c in copying]
+    act = GpuActivity("utilization", [1 - x for x in idle], idle, [0.0] * n, None, [0.0] * n)
+    device = {GPU[1]: GpuDevice(index=0, uuid=GPU[1], up=True, pcie=PcieLink(5, 16, 5, 16, 5),
+                                processes=(GpuProcess(100, None),))}
+    grid = Grid(times, 0.1)
+    quiet = [0.0] * n
+    spun = _spinning({GPU: "job"}, {GPU: act}, device, view, grid, pipeline(settings, n), quiet)["job"]
+    # Where the copy spans the instant the thread is held all of it; at the copy's edges only
+    # for what the bytes take at the link's capacity.
+    assert spun == [0.0 if c and not (copying[i - 1] and copying[i + 1] and i < n - 2) else 1.0
+                    for i, c in enumerate(copying[:-1])] + [0.0]
+    # Without the copy its thread would be free in the idle instants: saturated there, it works.
+    times, still = _copies(lambda i: 0.0)
+    spun = _spinning({GPU: "job"}, {GPU: act}, device, still, grid, pipeline(settings, n), quiet)["job"]
+    assert spun == [0.0 if c else 1.0 for c in copying]
+
+
+def _copies(bytes_per_instant, n=50):
+    """A GPU's PCIe byte counter on a 0.1 s grid moving ``bytes_per_instant(i)`` in instant i."""
+    times = [i * 0.1 for i in range(n)]
+    counter, total = [], 0.0
+    for i in range(n):
+        counter.append(total)
+        total += bytes_per_instant(i)
+    return times, view_of(times, pcie_rx=counter, pcie_tx=[0.0] * n)
+
+
+def test_a_copy_spanning_the_idle_instants_is_a_host_copy_unless_a_nic_moves_its_bytes(settings):
+    from gpuwait.analysis.evidence.host_transfer import host_copies, host_transfer
+    from gpuwait.collectors.gpu.payload import GpuDevice
+    from gpuwait.nvml.values import PcieLink
+
+    # 40 % of each second a copy from pageable memory at 27 GB/s, under half of Gen5 x16;
+    # the GPU runs no kernel meanwhile.
+    n = 50
+    copying = [i % 10 >= 6 for i in range(n)]
+    times, view = _copies(lambda i: 27e9 * 0.1 if copying[i] else 0.0)
+    idle = [1.0 if c else 0.0 for c in copying]
+    device = GpuDevice(index=0, uuid=GPU[1], up=True, pcie=PcieLink(5, 16, 5, 16, 5))
+    grid = Grid(times, 0.1)
+    assert not any(host_transfer(view, grid, GPU, device, settings))  # not near the link's capacity
+    quiet_nics = [0.0] * n
+    # The copy's middle instants: it was in flight before each began and after it ended (the
+    # instants at its edges are left to the verdict's one-instant widening).
+    # (The last instant's rate is not known yet.)
+    assert [i for i, b in enumerate(host_copies(view, grid, GPU, device, idle, quiet_nics)) if b] == [
+        i for i in range(1, n - 2) if copying[i - 1] and copying[i] and copying[i + 1]]
+    # The same bytes through the GPU's link while a NIC moves as many: GPUDirect RDMA, the
+    # network's bytes, not a host copy.
+    rdma = [27e9 if c else 0.0 for c in copying]
+    assert not any(host_copies(view, grid, GPU, device, idle, rdma))
+    # A GPU waiting for its loader, each batch copied in a few milliseconds when it comes: the
+    # copies span no instant, the wait is the loader's.
+    times, batches = _copies(lambda i: 80e6 if i % 3 == 2 else 0.0)
+    waiting = [1.0 if i % 3 else 0.5 for i in range(n)]
+    assert not any(host_copies(batches, grid, GPU, device, waiting, quiet_nics))
+    # Traffic that never rises above a trickle is no copy.
+    times, trickle = _copies(lambda i: 1e5)
+    assert not any(host_copies(trickle, grid, GPU, device, [1.0] * n, quiet_nics))
 
 
 def test_a_metadata_bound_nfs_reader_waits_on_the_server_all_the_time(settings):
@@ -296,10 +415,11 @@ def test_a_cgroup_throttled_in_its_periods_is_refused_cpu(settings):
 def test_tiny_kernels_leave_a_resident_share_of_their_idle_time(settings):
     # SM activity under the floor counts the instant idle, but a kernel ran for as much of it
     # as utilization says (96 % here, 40 % later).
-    act = _gpm(settings, [0.05] * 50, [0.02] * 50, util=[0.96] * 25 + [0.4] * 25)
-    assert all(x == 1.0 for x in act.idle)
-    assert act.resident[:25] == pytest.approx([0.96] * 25)
-    assert act.resident[25:] == pytest.approx([0.4] * 25)
+    act = _gpm(settings, [0.05] * 25 + [0.02] * 25, [0.02] * 50, util=[0.96] * 25 + [0.4] * 25)
+    assert all(x == 1.0 for x in act.idle[:49])
+    # (Each instant takes the sample that covers its step: the next one.)
+    assert act.resident[:24] == pytest.approx([0.96] * 24)
+    assert act.resident[24:49] == pytest.approx([0.4] * 25)
     # Above the floor nothing is resident idle: busy SMs are compute (or a footprint).
     assert not any(_gpm(settings, [0.82] * 50, [0.5] * 50).resident)
 
@@ -337,9 +457,10 @@ def test_an_owner_that_reads_nothing_from_disk_is_not_delayed_by_another_tenants
     assert _Owned.of(_owner_scope(settings, [0.0] * 11 + [3.0], None), "pod:a").scoped(host) == [DIRECT] * 12
 
 
-def _demand_of(settings, cores, util, processes, gpus=1):
+def _demand_of(settings, cores, util, processes, gpus=1, narrow=False):
     """One owner of ``gpus`` GPUs at utilization ``util``, ``processes`` distinct pids on them,
-    using ``cores`` over the latest slow interval."""
+    using ``cores`` over the latest slow interval; ``narrow``: its kernels keep too few SMs
+    busy to count as computing (idle throughout, resident for ``util``)."""
     from gpuwait.analysis.verdict import _demand
     from gpuwait.collectors.gpu.payload import GpuDevice
     from gpuwait.collectors.gpu.window import OwnerActivity
@@ -347,8 +468,8 @@ def _demand_of(settings, cores, util, processes, gpus=1):
 
     times = [i * 0.1 for i in range(100)]
     members = [(str(i), f"GPU-{i}") for i in range(gpus)]
-    activity = {g: GpuActivity("utilization", [util] * 100, [1.0 - util] * 100, [0.0] * 100, None, [0.0] * 100)
-                for g in members}
+    idle, resident = ([1.0] * 100, [util] * 100) if narrow else ([1.0 - util] * 100, [0.0] * 100)
+    activity = {g: GpuActivity("utilization", [util] * 100, idle, [0.0] * 100, None, resident) for g in members}
     device = {g[1]: GpuDevice(index=int(g[0]), uuid=g[1], up=True,
                               processes=(GpuProcess(1000 + int(g[0]) % processes, None),)) for g in members}
     return _demand({"o": OwnerActivity(cores, 0.0)}, {g: "o" for g in members}, activity, device,
@@ -367,6 +488,13 @@ def test_a_server_asleep_between_requests_has_no_demand(settings):
     assert _demand_of(settings, cores=0.45, util=0.18, processes=1) is True
     # A launch loop that keeps a thread busy through every gap.
     assert _demand_of(settings, cores=1.0, util=0.4, processes=1) is True
+
+
+def test_a_thread_spins_through_narrow_kernels_too(settings):
+    # Kernels on a few SMs for 55 % of the time: the GPU counts idle, but its host thread
+    # waits in cudaStreamSynchronize for as long as they run, as for wide ones.
+    assert _demand_of(settings, cores=0.62, util=0.55, processes=1, narrow=True) is False
+    assert _demand_of(settings, cores=1.0, util=0.4, processes=1, narrow=True) is True
 
 
 def test_an_owner_that_does_not_spin_keeps_the_plain_rule(settings):

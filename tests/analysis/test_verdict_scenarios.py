@@ -57,9 +57,12 @@ def test_straggler_is_named_and_peers_wait_on_it(outcomes):
     result = outcomes["straggler"].result
     target = str(SCENARIOS["straggler"].params.target_gpu)
     assert [g.index for g in result.gpus if g.straggler] == [target]
+    # The peers wait 45 % of each step at a footprint that leaves 82 % of their SMs unused
+    # (0.37 of the time); the driver's period averages blur each edge of the wait.
     for g in result.gpus:
         if g.index != target:
-            assert g.attribution.wait_ratio["sync"] > 0.4
+            assert g.attribution.wait_ratio["sync"] > 0.3
+            assert max(g.attribution.wait_ratio, key=g.attribution.wait_ratio.get) == "sync"
 
 
 def test_lost_gpu_is_left_out(outcomes):

@@ -110,3 +110,31 @@ def test_a_loop_that_found_no_data_wait_contradicts_inferred_input_evidence():
     # A loop that does wait for data keeps the host's inference.
     assert verdict(attribute(idle, workload.with_data_wait(spin, idle, _loop_report(0.5), settings()),
                              demand, throttled)) == "data_pipeline"
+
+
+def _server_report(loop_ratio: float, rate: float = 8.0):
+    from gpuwait.collectors.workload.window import OwnerWorkload
+    return OwnerWorkload(owner="svc", kind="inference", processes=1, data_wait_ratio=0.0, compute_ratio=1.0,
+                         comm_ratio=0.0, step_seconds=None, steps_per_second=rate, samples_per_second=rate,
+                         requests_per_second=rate, throughput_drop_ratio=None, loop_ratio=loop_ratio)
+
+
+def test_a_servers_wait_for_requests_explains_as_much_of_its_gpus_idle_time():
+    from gpuwait.analysis.attribution import PAUSE, attribute, verdict
+    from gpuwait.analysis.evidence import workload
+    # Poisson requests of 60 ms GPU work at 8/s: the server is in its loop half the time and
+    # the GPU idles half the time, in whole instants (no request queued) and partial ones.
+    idle = ([1.0] * 4 + [0.0] * 4 + [0.5] * 2) * 10
+    no_request = workload.between_requests(idle, _server_report(loop_ratio=0.5))
+    got = attribute(idle, {PAUSE: no_request}, [True] * 100, [False] * 100)
+    assert got.wait_ratio["none"] == pytest.approx(0.5) and got.wait_ratio["insufficient_work"] == 0.0
+    assert verdict(got) == "none"
+    # Batch-1 requests launched by a thread busy 70 % of the time: the GPU idles 80 %, most of
+    # it while the server works; that part is idle with demand.
+    idle = [1.0] * 80 + [0.0] * 20
+    no_request = workload.between_requests(idle, _server_report(loop_ratio=0.7, rate=150.0))
+    got = attribute(idle, {PAUSE: no_request}, [True] * 100, [False] * 100)
+    assert got.wait_ratio["none"] == pytest.approx(0.3) and got.wait_ratio["insufficient_work"] == pytest.approx(0.5)
+    assert verdict(got) == "insufficient_work"
+    # A training loop's time outside its loop says nothing about requests.
+    assert workload.between_requests(idle, _loop_report(0.0)) is None

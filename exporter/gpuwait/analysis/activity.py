@@ -8,8 +8,12 @@ Three facts of the hardware shape this:
   ``NVML_GPU_UTILIZATION_SAMPLES``). Gaps shorter than the period never read 0: a loop that
   idles 0.1 s of every 0.2 s reads about 50 %. So the idle share of an instant is
   ``1 - u``, not "u below a threshold".
-- The driver stamps a sample at the end of the period it describes: an instant is described
-  by the first sample stamped after it, not by the last one before it.
+- The driver stamps a sample at the end of the period it describes. A grid instant t stands
+  for the sampling step that starts at t: a counter's rate at t is its increase from the
+  read at t to the next one (the sources are read before the GPU in each pass). So the
+  instant takes the sample whose period covers the middle of that step, the first stamped
+  at or after t + step/2; taking the one stamped at t would put utilization a period behind
+  the link rates it is correlated with (the article's "dips aligned with NIC bursts").
 - A collective's kernels stay resident while they wait for data or for a peer: utilization
   reads 100 % and GPM SM activity falls to the collective's footprint, the few SMs its
   channels occupy (NVIDIA/nccl#1432, #403; cupy#3557). Memory traffic falls with it: data
@@ -19,7 +23,9 @@ Three facts of the hardware shape this:
   weaker (utilization pinned while the memory controller rests) and is used only against a
   peer that has no kernel at all (sync).
 - An instant idle because its kernels keep almost no SMs busy (GPM below
-  verdict.sm-idle-threshold) had a kernel resident for as much of it as utilization says.
+  verdict.sm-idle-threshold, and below that share of the time a kernel ran: SM activity
+  averages over the period, so a period that is half wide kernels and half wait reads low
+  too) had a kernel resident for as much of it as utilization says.
   A GPU waiting for its input has no kernel to run (a kernel cannot launch before the copy or
   the batch it reads is issued), so that resident part is no wait on the CPU side, storage or a
   copy: only a collective waiting inside its kernel explains it, or the kernels are too small
@@ -98,8 +104,8 @@ def sample_period(column: Column) -> float | None:
 
 def centred(grid: Grid, column: Column) -> list[float]:
     """A driver sample series on the grid: each instant takes the sample whose period covers
-    it, the first one stamped at or after it (the driver stamps a sample at the end of its
-    period), for at most one period."""
+    the middle of the instant's step, the first one stamped at or after it (the driver stamps
+    a sample at the end of its period), for at most one period."""
     period = sample_period(column)
     if period is None:
         return grid.hold(column)
@@ -107,19 +113,21 @@ def centred(grid: Grid, column: Column) -> list[float]:
     out = []
     k = 0
     for t in grid.times:
-        while k < len(pairs) and pairs[k][0] < t - 1e-9:
+        middle = t + grid.step / 2
+        while k < len(pairs) and pairs[k][0] < middle - 1e-9:
             k += 1
-        out.append(pairs[k][1] if k < len(pairs) and pairs[k][0] - t <= period * 1.5 else math.nan)
+        out.append(pairs[k][1] if k < len(pairs) and pairs[k][0] - middle <= period * 1.5 else math.nan)
     return out
 
 
 def gpu_activity(view: WindowView, grid: Grid, gpu: tuple[str, str], settings: Settings) -> GpuActivity:
     util = centred(grid, gpu_window.utilization(view, gpu))
-    sm = grid.hold(gpu_window.sm_active(view, gpu))
+    # GPM metrics likewise describe the interval that ends at their sample.
+    sm = centred(grid, gpu_window.sm_active(view, gpu))
     n = len(grid)
     share = settings[FOOTPRINT_SHARE]
     if any(v == v for v in sm):
-        dram = grid.hold(gpu_window.dram_active(view, gpu))
+        dram = centred(grid, gpu_window.dram_active(view, gpu))
         level = quantile(sm, LEVEL_QUANTILE)
         dram_level = quantile(dram, LEVEL_QUANTILE)
         floor = settings[SM_IDLE_THRESHOLD]
@@ -131,8 +139,14 @@ def gpu_activity(view: WindowView, grid: Grid, gpu: tuple[str, str], settings: S
                 footprint.append(0.0)
                 resident.append(0.0)
                 continue
-            idle.append(1.0 if s < floor else (_idle_of(u) if u == u else 0.0))
-            resident.append(1.0 - _idle_of(u) if s < floor and u == u else 0.0)
+            # SM activity is averaged over the sample's period and utilization is the share of
+            # it a kernel ran: their quotient is how many SMs the kernels that ran kept busy.
+            # Narrow kernels leave the GPU idle however long they run; a period that is part
+            # wide kernels, part nothing (a wait that begins or ends in it) is idle for the
+            # rest only.
+            narrow = s < floor and (u != u or s < floor * u)
+            idle.append(1.0 if narrow else (_idle_of(u) if u == u else 0.0))
+            resident.append(1.0 - _idle_of(u) if narrow and u == u else 0.0)
             quiet_memory = dram[i] != dram[i] or dram_level is None or dram[i] <= share * dram_level
             if (level is not None and level >= MIN_WORKING_LEVEL and s >= floor and s <= share * level
                     and (u != u or u >= PINNED) and quiet_memory):

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 from gpuwait.core.facts import CAUSES, EVIDENCE_ORDER
 
-#: Evidence of a pause the job takes on purpose (writing a checkpoint): idle time it explains
-#: is ``none``, not ``insufficient_work``; nothing upstream starved the GPU.
+#: Evidence of a pause that is the job's own (writing a checkpoint, an inference server with no
+#: request to serve): idle time it explains is ``none``, not ``insufficient_work``; nothing
+#: upstream starved the GPU.
 PAUSE = "checkpoint"
 
 #: Evidence strengths: the mechanism itself, seen on this GPU or its owner.

@@ -32,7 +32,7 @@ import math
 from gpuwait.analysis.activity import MAX_SAMPLE_PERIOD, PINNED
 from gpuwait.analysis.collectives import GpuCollectives
 from gpuwait.analysis.evidence.host_transfer import both_directions, pcie_rate
-from gpuwait.analysis.evidence.sync import QUIET_LINK_SHARE
+from gpuwait.analysis.evidence.host_transfer import QUIET_LINK_SHARE
 from gpuwait.analysis.timeseries import Grid
 from gpuwait.collectors.gpu import window as gpu_window
 from gpuwait.collectors.gpu.payload import GpuDevice

@@ -23,14 +23,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuwait.analysis.activity import GpuActivity, gpu_activity
-from gpuwait.analysis.attribution import DIRECT, HOST, Attribution, VerdictRules, attribute, verdict
+from gpuwait.analysis.attribution import DIRECT, HOST, PAUSE, Attribution, VerdictRules, attribute, verdict
 from gpuwait.analysis.collectives import join_ranks_to_gpus, nearest_nics
 from gpuwait.analysis.evidence import collectives as nccl_timing
 from gpuwait.analysis.evidence import workload
 from gpuwait.analysis.evidence.checkpoint import checkpoint
 from gpuwait.analysis.evidence.data_pipeline import DataPipeline
 from gpuwait.analysis.evidence.data_pipeline import throttled as cpu_throttled
-from gpuwait.analysis.evidence.host_transfer import host_transfer
+from gpuwait.analysis.evidence.host_transfer import copy_share, host_copies, host_transfer
 from gpuwait.analysis.evidence.network import MIN_PEAK, LinkAlignment, Network
 from gpuwait.analysis.evidence.storage import OWNER_READ_BYTES, storage
 from gpuwait.analysis.evidence.sync import quiet_wait, sync
@@ -168,6 +168,7 @@ class VerdictAnalyser:
         network = Network(inputs, grid, settings, gap)
         scope = _OwnerScope(inputs, grid, settings)
         host_quiet = network.quiet()
+        host_links = network.moving()
         device_reading = inputs.latest.get("gpu_device")
         nccl_view, rdma_data = inputs.views.get("nccl"), getattr(inputs.latest.get("rdma"), "data", None)
         collectives = join_ranks_to_gpus(nccl_view, getattr(device_reading, "data", None), rdma_data, at=inputs.end).gpus
@@ -177,6 +178,7 @@ class VerdictAnalyser:
 
         activity = {g: gpu_activity(gpu_view, grid, g, settings) for g in gpus}
         demand_of = _demand(owners, owner_of, activity, device, grid, settings, _latest_interval(inputs))
+        spinning = _spinning(owner_of, activity, device, gpu_view, grid, pipeline, host_links)
         rules = VerdictRules(settings[MIN_IDLE_RATIO], settings[MIN_CAUSE_SHARE], settings[MIN_THROTTLED_SHARE])
         results = []
         for g in gpus:
@@ -209,12 +211,17 @@ class VerdictAnalyser:
             host_evidence: dict[str, Sequence[float]] = {
                 "storage": owned.scoped(host_storage),
                 "data_pipeline": _strongest(
-                    _strongest(pipeline.evidence(owned.cores),
+                    _strongest(pipeline.evidence(owned.cores, spinning.get(owner)),
                                pipeline.refused(owned.cores, owned.runnable) if owned.known else None),
                     cpu_throttled(inputs, grid, owner, settings)),
-                "host_transfer": _widened([DIRECT if b else 0.0 for b in host_transfer(gpu_view, grid, g, info, settings)]),
+                # Rates are measured over intervals whose edges cut a copy: an instant beside
+                # one is concurrent with it.
+                "host_transfer": _widened([DIRECT if a or b else 0.0 for a, b in zip(
+                    host_transfer(gpu_view, grid, g, info, settings),
+                    host_copies(gpu_view, grid, g, info, [x - r if x == x else x for x, r in zip(act.idle, act.resident)],
+                                host_links))]),
                 "sync": sync_at,
-                "checkpoint": owned.writes(host_checkpoint),
+                PAUSE: owned.writes(host_checkpoint),
             }
             cores, blocked = owners.get(owner, (0.0, 0.0))
             owner_active = owner != "" and (blocked >= 1 or demand_of.get(owner, cores >= settings[DEMAND_OWNER_CORES]))
@@ -247,8 +254,11 @@ class VerdictAnalyser:
                 if report is not None:
                     # The loop's own account outranks what the host suggests (A8, A13).
                     active = workload.demand(report, settings)
-                    evidence = workload.with_data_wait(evidence, [x - r if x == x else x for x, r in zip(idle, resident)],
-                                                       report, settings)
+                    kernel_free = [x - r if x == x else x for x, r in zip(idle, resident)]
+                    evidence = workload.with_data_wait(evidence, kernel_free, report, settings)
+                    no_request = workload.between_requests(kernel_free, report)
+                    if no_request is not None:
+                        evidence[PAUSE] = _strongest(no_request, evidence.get(PAUSE))
                 if not active:
                     if report is not None:
                         # The loop itself reports too little to do (A1, A13): nothing to wait for.
@@ -351,8 +361,12 @@ def _demand(owners: dict[str, gpu_window.OwnerActivity], owner_of: dict[tuple[st
             for g in members:
                 x = activity[g].idle[i]
                 if x == x:
-                    busy += 1.0 - x
-                    idle += x
+                    # A host thread spins through a kernel however few SMs it occupies: the
+                    # part of an idle instant a kernel was resident for is spun through too.
+                    r = activity[g].resident[i]
+                    r = r if r == r else 0.0
+                    busy += 1.0 - x + r
+                    idle += x - r
         busy, idle = busy / len(recent), idle / len(recent)
         spin = min(float(len(pids)), busy)
         if use.cores < SPIN_COVERAGE * spin:
@@ -365,6 +379,38 @@ def _demand(owners: dict[str, gpu_window.OwnerActivity], owner_of: dict[tuple[st
         idle = min(float(len(pids)), idle)
         demand[owner] = use.cores - spin >= max(settings[DEMAND_OWNER_CORES], settings[DEMAND_IDLE_CORES] * idle)
     return demand
+
+
+def _spinning(owner_of: dict[tuple[str, str], str], activity: dict[tuple[str, str], GpuActivity],
+              device: dict[str, GpuDevice], view, grid: Grid, pipeline: DataPipeline,
+              host_links: Sequence[float]) -> dict[str, list[float]]:
+    """Per owner, how many of its host threads spin through each whole instant on a kernel or
+    a copy of its GPUs (DataPipeline.spinning_threads), a copy counted for the share of the
+    instant it surely ran (evidence.host_transfer.copy_share)."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for g, owner in owner_of.items():
+        if owner:
+            groups.setdefault(owner, []).append(g)
+    out = {}
+    for owner, members in groups.items():
+        pids = {p.pid for g in members for p in (getattr(device.get(g[1]), "processes", None) or ())}
+        if not pids:
+            continue
+        busy = []
+        for g in members:
+            act = activity[g]
+            copying = copy_share(view, grid, g, device.get(g[1]), host_links)
+            row = []
+            for x, r, c in zip(act.idle, act.resident, copying):
+                if x != x:
+                    row.append(math.nan)
+                    continue
+                r = r if r == r else 0.0
+                free = max(0.0, x - r)
+                row.append(1.0 - free + min(free, c))
+            busy.append(row)
+        out[owner] = pipeline.spinning_threads(busy, len(pids))
+    return out
 
 
 def _widened(values: Sequence[float]) -> list[float]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 
 from gpuwait.client import format_record
@@ -36,6 +36,12 @@ from gpuwait.simulate.model import NodeState, Scenario, noisy
 #: Longest stretch integrated with one state: short enough that a 100 ms sample sees the
 #: phase edges of a scenario within a few percent.
 MAX_STEP = 0.02
+#: The driver's utilization sample period: NVML reports the share of the last period in
+#: which a kernel ran, stamped at its end (nvmlDeviceGetUtilizationRates; the period is
+#: 1/6 s to 1 s by product). GPM metrics likewise average the interval between two samples.
+DRIVER_PERIOD = 1.0 / 6.0
+#: Activity integrals kept for the driver's averages: a little longer than one period.
+_ACTIVITY_HISTORY = 2 * DRIVER_PERIOD
 #: Seconds since boot when the simulation starts (counters do not start at zero on a real host).
 UPTIME = 86_400.0
 RDMA_PORT_STATE = (4, "ACTIVE", 5, "LinkUp")
@@ -78,6 +84,8 @@ class SimulatedNode:
         self._rng = random.Random(scenario.params.seed)
         self.counters: defaultdict[tuple, float] = defaultdict(float)
         self.state: NodeState = scenario.state(scenario, 0.0)
+        # (time, {gpu: (util, sm_active, mem_bw) integrals}) after each integration step.
+        self._activity: deque[tuple[float, dict[int, tuple[float, float, float]]]] = deque()
         self.owner, self.owner_labels = job_owner(scenario.params.replica)
         self._seed_counters()
 
@@ -95,8 +103,39 @@ class SimulatedNode:
                 step = min(MAX_STEP, t - self._t)
                 self._integrate(self.scenario.state(self.scenario, self._t - self.start), step)
                 self._t += step
+                self._keep_activity()
             self.state = self.scenario.state(self.scenario, t - self.start)
             return self.state
+
+    def _keep_activity(self) -> None:
+        c = self.counters
+        self._activity.append((self._t, {
+            i: (c[("gpu", i, "util_s")], c[("gpu", i, "sm_s")], c[("gpu", i, "mem_s")])
+            for i in range(len(self.state.gpus))
+        }))
+        while len(self._activity) > 2 and self._activity[1][0] <= self._t - _ACTIVITY_HISTORY:
+            self._activity.popleft()
+
+    def _activity_at(self, t: float, gpu: int) -> tuple[float, float, float] | None:
+        """The activity integrals at ``t``, interpolated between integration steps."""
+        history = self._activity
+        if not history or t < history[0][0]:
+            return None
+        for (t0, a0), (t1, a1) in zip(history, list(history)[1:]):
+            if t0 <= t <= t1 and gpu in a0 and gpu in a1:
+                w = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
+                return tuple(x + w * (y - x) for x, y in zip(a0[gpu], a1[gpu]))
+        last_t, last = history[-1]
+        return last.get(gpu) if t >= last_t else None
+
+    def driver_mean(self, t: float, gpu: int, fallback: tuple[float, float, float]) -> tuple[float, float, float]:
+        """(utilization, SM activity, memory busy) averaged over the driver's period ending
+        at ``t``, as the driver reports them; the instant's state until a period is integrated."""
+        end = self._activity_at(t, gpu)
+        begin = self._activity_at(t - DRIVER_PERIOD, gpu)
+        if end is None or begin is None:
+            return fallback
+        return tuple((e - b) / DRIVER_PERIOD for e, b in zip(end, begin))
 
     def elapsed(self, t: float) -> float:
         return t - self.start
@@ -150,6 +189,9 @@ class SimulatedNode:
                 c[("gpu", i, "pcie_rx")] += self._rate(g.pcie_rx_bps) * dt
                 c[("gpu", i, "pcie_tx")] += self._rate(g.pcie_tx_bps) * dt
                 c[("gpu", i, "energy")] += g.power_watts * dt
+                c[("gpu", i, "util_s")] += g.util * dt
+                c[("gpu", i, "sm_s")] += g.sm_active * dt
+                c[("gpu", i, "mem_s")] += g.mem_bw * dt
 
     def _loop_phases(self, s: NodeState, dt: float) -> None:
         # What the job's loop is doing while its GPU is idle is what the scenario models:
@@ -290,9 +332,10 @@ class SimulatedNode:
             if not g.up:
                 ticks.append(GpuTick(i, uuid, False))
                 continue
-            util = min(1.0, self._rate(g.util))
-            sm = min(1.0, self._rate(g.sm_active))
-            mem = min(1.0, self._rate(g.mem_bw))
+            util, sm, mem = self.driver_mean(t, i, (g.util, g.sm_active, g.mem_bw))
+            util = min(1.0, self._rate(util))
+            sm = min(1.0, self._rate(sm))
+            mem = min(1.0, self._rate(mem))
             tx, rx = c[("gpu", i, "pcie_tx")], c[("gpu", i, "pcie_rx")]
             key = (str(i), uuid)
             row.update({
@@ -314,12 +357,13 @@ class SimulatedNode:
                 devices.append(GpuDevice(i, uuid, False))
                 continue
             pid = FIRST_PID + i
+            util, _, memory_busy = self.driver_mean(t, i, (g.util, g.sm_active, g.mem_bw))
             devices.append(GpuDevice(
                 index=i, uuid=uuid, up=True,
                 info=DeviceInfo("NVIDIA H100 80GB HBM3", f"00000000:{0x18 + 0x10 * i:02X}:00.0", 0 if i < 4 else 1,
                                 False, True, True, tuple(range(18)), "hopper"),
                 memory=Memory(GPU_MEMORY_TOTAL, g.mem_used_bytes, GPU_MEMORY_TOTAL - g.mem_used_bytes, 0.5 * 1024**3),
-                utilization=g.util, memory_busy=g.mem_bw,
+                utilization=util, memory_busy=memory_busy,
                 clocks={"sm": g.sm_clock_hz, "memory": 2.619e9},
                 power_watts=g.power_watts, power_limit_watts=700.0, energy_joules=c[("gpu", i, "energy")],
                 temperature_celsius=g.temperature_c, violation_seconds={"power": 0.0, "thermal": 0.0},

@@ -335,6 +335,14 @@ def test_owner_ratios_step_time_and_throughput():
     assert w.samples_per_second == pytest.approx(32.0)
     assert w.throughput_drop_ratio == pytest.approx(0.0)
     assert w.processes == 2 and w.demand
+    assert w.loop_ratio == pytest.approx(1.0)  # both ranks are in their loops all the time
+
+
+def test_an_inference_servers_loop_time_excludes_its_wait_for_requests():
+    # Serving 0.4 s of every second (its wait for the next request is outside its loop).
+    rows = [(t, [_record(1, t, 0.0, 0.4 * t, 3 * t, kind="inference", requests=3 * t)]) for t in range(0, 61, 5)]
+    w = wstats.summarize(_view(rows), settings()).owners["slurm:42"]
+    assert w.loop_ratio == pytest.approx(0.4)
 
 
 def test_a_restarted_rank_resets_only_itself_and_a_slowdown_is_a_drop():

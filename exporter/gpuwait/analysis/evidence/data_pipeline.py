@@ -18,12 +18,17 @@ Two signs, of different strength:
   schedule spins when there are more cores than contexts, CUDA Runtime API
   cudaSetDeviceFlags) or an MPI/NCCL progress thread polling during a collective: it is
   only compatible with a data wait, and yields to direct evidence of another cause at the
-  same instant.
+  same instant. The owner's threads that spin through the whole instant are known from its
+  GPUs: one per GPU-driving process whose GPU ran a kernel, or took in a copy, all instant
+  (``spinning_threads``; a synchronous cudaMemcpy holds its thread as a kernel does, and a
+  copy from pageable memory is the thread's own memcpy into the staging buffer). Only the
+  saturated cores beyond those can be its data work.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from gpuwait.analysis.attribution import DIRECT, HOST, INFERRED
 from gpuwait.analysis.timeseries import Grid
@@ -64,14 +69,27 @@ class DataPipeline:
             # Each count covers the interval that starts at its sample; hold it across the interval.
             self.saturated = grid.hold(cpu_window.saturated_cores(view, settings[SATURATED_RATIO]), gap)
 
-    def evidence(self, owner_cores: list[float] | None) -> list[float]:
+    def evidence(self, owner_cores: list[float] | None, spinning: Sequence[float] | None = None) -> list[float]:
         """``owner_cores`` is the owner's CPU use at each instant, None when the GPU's owner
-        is not known (the saturated cores then count as host-wide evidence only)."""
+        is not known (the saturated cores then count as host-wide evidence only);
+        ``spinning`` the owner's threads that spin through each instant (spinning_threads)."""
         if owner_cores is None:
             return [HOST if c == c and c >= 1 else 0.0 for c in self.saturated]
         least = self.settings[OWNER_CORES]
-        return [INFERRED if c == c and c >= 1 and o == o and o >= least else 0.0
-                for c, o in zip(self.saturated, owner_cores)]
+        spin = spinning if spinning is not None else [0.0] * self.n
+        return [INFERRED if c == c and c - s >= 1 and o == o and o >= least else 0.0
+                for c, o, s in zip(self.saturated, owner_cores, spin)]
+
+    def spinning_threads(self, busy: Sequence[Sequence[float]], threads: int) -> list[float]:
+        """How many host threads spin through each whole instant: one per GPU in ``busy`` (each
+        GPU's share of the instant it ran a kernel or took in a copy) busy for at least
+        verdict.cpu.saturated-ratio of it, at most ``threads`` (the GPU-driving processes)."""
+        level = self.settings[SATURATED_RATIO]
+        out = []
+        for i in range(self.n):
+            count = sum(1 for b in busy if b[i] == b[i] and b[i] >= level)
+            out.append(float(min(count, threads)))
+        return out
 
     def refused(self, owner_cores: list[float], owner_runnable: list[float]) -> list[float]:
         """Direct evidence when the owner's runnable threads exceed the CPU it receives. Both

@@ -1,11 +1,24 @@
-"""Host-transfer evidence: the GPU's PCIe link carrying host-device copies near its capacity
-(A9). Capacity is the link as trained now (generation and width): a downtrained link is
-exactly when copies start to be the wait."""
+"""Host-transfer evidence (A9), of two kinds:
+
+- The GPU's PCIe link carrying host-device copies near its capacity. Capacity is the link as
+  trained now (generation and width): a downtrained link is exactly when copies start to be
+  the wait.
+- The GPU idle through an instant while its link carries bytes in it and in the instants
+  either side, and no NIC or RDMA port of the host moves a tenth as many: a copy in flight
+  across the whole instant (or copies back to back), and nothing else. A kernel that reads a
+  copy's data cannot start before the copy completes, so the GPU waits for it, however far
+  under the link's capacity it runs: a copy from pageable memory runs at the rate the host's
+  memcpy fills the driver's pinned staging buffer (CUDA C++ Programming Guide, page-locked
+  host memory). A short copy at the end of a wait for the loader does not span an instant;
+  the wait is the loader's. Bytes a NIC moves into or out of the GPU (GPUDirect RDMA) cross
+  its link too; with the NICs quiet the bytes are not theirs.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuwait.analysis.activity import centred
 from gpuwait.analysis.timeseries import HOLD_INTERVALS, Grid
 from gpuwait.collectors.gpu import window as gpu_window
 from gpuwait.collectors.gpu.payload import GpuDevice
@@ -30,13 +43,64 @@ def host_transfer(view: WindowView, grid: Grid, gpu: tuple[str, str], device: Gp
     return [r == r and r >= limit for r in rate]
 
 
+#: Traffic below this share of the GPU's PCIe link (as trained) is no copy.
+QUIET_LINK_SHARE = 0.01
+#: Bytes the host's NICs and RDMA ports move at an instant, as a share of what the GPU's link
+#: moves, under which the link's bytes cannot be theirs.
+NIC_SHARE = 0.1
+
+
+def copy_share(view: WindowView, grid: Grid, gpu: tuple[str, str], device: GpuDevice | None,
+               host_links: Sequence[float]) -> list[float]:
+    """Per instant, the share of it a copy surely ran over the GPU's link: all of it where the
+    link carried bytes in it and in the instants either side, with the NICs quiet (_spanning);
+    elsewhere the bytes it moved at the link's capacity, which no copy outruns. 0 where the
+    capacity is not known."""
+    link = getattr(device, "pcie", None)
+    capacity = pcie_link_capacity(getattr(link, "generation", None), getattr(link, "width", None))
+    n = len(grid)
+    if capacity is None:
+        return [0.0] * n
+    rate = pcie_rate(view, grid, gpu)
+    spanning = _spanning(rate, capacity, host_links)
+    return [1.0 if s else (min(1.0, r / capacity) if r == r else 0.0) for r, s in zip(rate, spanning)]
+
+
+def _spanning(rate: Sequence[float], capacity: float, host_links: Sequence[float]) -> list[bool]:
+    """Instants a copy (or copies back to back) spans: the link carried bytes in them and in
+    the instants either side, while the host's NICs and RDMA ports moved under NIC_SHARE of
+    them (GPUDirect RDMA bytes cross the link too)."""
+    n = len(rate)
+    floor = QUIET_LINK_SHARE * capacity
+    moving = [r == r and r >= floor and h == h and h < NIC_SHARE * r for r, h in zip(rate, host_links)]
+    return [0 < i < n - 1 and moving[i - 1] and moving[i] and moving[i + 1] for i in range(n)]
+
+
+#: Share of an instant a GPU must idle for a copy spanning it to be what it waits for.
+COPY_COVERS = 0.9
+
+
+def host_copies(view: WindowView, grid: Grid, gpu: tuple[str, str], device: GpuDevice | None,
+                idle: Sequence[float], host_links: Sequence[float]) -> list[bool]:
+    """Instants a copy spans (_spanning) that the GPU idled (``idle``: its kernel-free share)
+    for COPY_COVERS of; ``host_links``: the bytes per second the host's NICs and RDMA ports
+    move together."""
+    link = getattr(device, "pcie", None)
+    capacity = pcie_link_capacity(getattr(link, "generation", None), getattr(link, "width", None))
+    if capacity is None:
+        return [False] * len(grid)
+    spanning = _spanning(pcie_rate(view, grid, gpu), capacity, host_links)
+    return [s and x == x and x >= COPY_COVERS for s, x in zip(spanning, idle)]
+
+
 def pcie_rate(view: WindowView, grid: Grid, gpu: tuple[str, str]) -> list[float]:
     """Bytes per second over the GPU's PCIe link, both directions, at each instant: from the
     driver's byte counters, or from GPM where the GPU has no counters."""
     rate = grid.rates(gpu_window.pcie_bytes(view, gpu), HOLD_INTERVALS * grid.step)
     if not any(v == v for v in rate):
         rx, tx = gpu_window.gpm_pcie_rates(view, gpu)
-        rate = both_directions(grid.hold(rx), grid.hold(tx))
+        # GPM describes the interval that ends at its sample, as utilization does.
+        rate = both_directions(centred(grid, rx), centred(grid, tx))
     return rate
 
 

@@ -133,6 +133,14 @@ class Network:
         floor = self.settings[MIN_PEAK]
         return [all(rate[i] == rate[i] and rate[i] < floor for _, rate in self.links) for i in range(self.n)]
 
+    def moving(self) -> list[float]:
+        """Per instant, the bytes per second every NIC and RDMA port of the host moves
+        together (NaN where a link's rate is not known; 0 with no link)."""
+        out = [0.0] * self.n
+        for _, rate in self.links:
+            out = [a + r for a, r in zip(out, rate)]
+        return out
+
     def port_rates(self, devices: set[str]) -> list[list[float]]:
         """The rates on the grid of the RDMA ports of ``devices`` (NIC names)."""
         return [rate for link, rate in self.links if link.kind == "rdma" and link.link.split(":")[0] in devices]

@@ -22,17 +22,15 @@ from collections.abc import Mapping
 
 from collections.abc import Sequence
 
-from gpuwait.analysis.activity import GpuActivity
+from gpuwait.analysis.activity import GpuActivity, centred
 from gpuwait.analysis.attribution import DIRECT, INFERRED
-from gpuwait.analysis.evidence.host_transfer import both_directions, pcie_rate
+from gpuwait.analysis.evidence.host_transfer import QUIET_LINK_SHARE, both_directions, pcie_rate
 from gpuwait.analysis.timeseries import Grid
 from gpuwait.collectors.gpu import window as gpu_window
 from gpuwait.collectors.gpu.payload import GpuDevice
 from gpuwait.core.facts import pcie_link_capacity
 from gpuwait.core.ring import WindowView
 
-#: Traffic below this share of the GPU's PCIe link (as trained) moves no collective's data.
-QUIET_LINK_SHARE = 0.01
 
 
 def sync(gpu: tuple[str, str], owner: str, activity: Mapping[tuple[str, str], GpuActivity],
@@ -75,6 +73,6 @@ def quiet_wait(view: WindowView, grid: Grid, gpu: tuple[str, str], device: GpuDe
     floor = QUIET_LINK_SHARE * capacity
     pcie = pcie_rate(view, grid, gpu)
     rx, tx = gpu_window.gpm_nvlink_rates(view, gpu)
-    nvlink = both_directions(grid.hold(rx), grid.hold(tx))
+    nvlink = both_directions(centred(grid, rx), centred(grid, tx))
     return [INFERRED if (f > 0.0 and quiet and p == p and p < floor and not (v == v and v >= floor)) else 0.0
             for f, quiet, p, v in zip(mine.footprint, host_links_quiet, pcie, nvlink)]

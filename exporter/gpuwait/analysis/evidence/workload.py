@@ -11,7 +11,10 @@ instant counted at its evidence's strength), else as ``data_pipeline``.
 
 A loop that reports its progress also settles demand (A1, A13): a training loop that steps
 or waits for data has work; an inference server below verdict.workload.min-request-rate has
-too little load for its idle GPU to be a problem.
+too little load for its idle GPU to be a problem. An inference server above it still spends
+the time between requests outside its loop, and its GPU idles then because no request is
+queued: that much of the GPU's idle time is the load's, not a wait (A13), and only the rest,
+idle while the server was busy, can be one.
 """
 
 from __future__ import annotations
@@ -106,4 +109,22 @@ def with_data_wait(
         # whatever the host suggests at the same instant.
         marked[side][i] = DIRECT + 1.0
     out.update(marked)
+    return out
+
+
+def between_requests(idle: Sequence[float], report: OwnerWorkload) -> list[float] | None:
+    """Evidence, at the loop's own strength, that the GPU idled because its inference server
+    had no request to serve: the time its processes spent outside their loop, given to the
+    GPU's most idle instants (with no request in the queue nothing is launched, so those are
+    the instants the GPU was idle for whole). None for a training loop or without loop time."""
+    if report.kind != "inference" or report.loop_ratio is None:
+        return None
+    valid = [(x, i) for i, x in enumerate(idle) if x == x and x > 0.0]
+    budget = (1.0 - report.loop_ratio) * sum(1 for x in idle if x == x)
+    out = [0.0] * len(idle)
+    for x, i in sorted(valid, key=lambda p: -p[0]):
+        if budget <= 1e-9:
+            break
+        out[i] = DIRECT + 1.0
+        budget -= x
     return out

@@ -54,6 +54,9 @@ class OwnerWorkload:
     #: 1 - (rate over collector.workload.recent) / (rate over the rest of the window), in 0..1,
     #: of samples (steps when no samples are counted); None without an earlier rate
     throughput_drop_ratio: float | None
+    #: seconds per second each of its processes spent inside its loop (an inference server's
+    #: wait for the next request is outside it), None without loop time
+    loop_ratio: float | None = None
 
     @property
     def demand(self) -> bool:
@@ -124,6 +127,7 @@ def summarize(view: WindowView, settings: Settings) -> WorkloadStats:
             samples_per_second=rates["samples"],
             requests_per_second=rates["requests"],
             throughput_drop_ratio=_drop(view, owner, idents, split) if view.times and split > view.times[0] else None,
+            loop_ratio=min(1.0, loop / (span * processes)) if loop > 0 and span > 0 and processes else None,
         )
     return WorkloadStats(owners)
 
