@@ -9,10 +9,13 @@ import math
 
 from hypothesis import example, given, settings as hypothesis_settings, strategies as st
 
+from gpuwait.analysis.evidence import network
 from gpuwait.analysis.timeseries import Grid, interval_rates_at, pearson
 from gpuwait.collectors.gpu import window as gpu_window
 from gpuwait.core import series
 from gpuwait.core.facts import CLOCK_EVENT_REASONS
+from gpuwait.core.plugin import AnalysisInputs
+from gpuwait.core.registry import registry, resolve
 from gpuwait.core.ring import Column
 from gpuwait.core.series import increase
 
@@ -60,6 +63,39 @@ def ref_pearson(xs, ys):
     if sxx <= 1e-12 * n * max(1.0, mx * mx) or syy <= 1e-12 * n * max(1.0, my * my):
         return None
     return max(-1.0, min(1.0, sum(x * y for x, y in zip(dx, dy)) / math.sqrt(sxx * syy)))
+
+
+def ref_in_waits(burst, waiting, share):
+    known = [(b, w) for b, w in zip(burst, waiting) if w == w]
+    if not known:
+        return False
+    in_bursts = [w >= 0.5 for b, w in known if b]
+    if len(in_bursts) < 3:
+        return False
+    inside = sum(in_bursts) / len(in_bursts)
+    base = sum(1 for _, w in known if w >= 0.5) / len(known)
+    return inside >= share and inside - base >= network.MIN_LIFT
+
+
+def ref_alignment(net, busy, waiting, start=0):
+    s = net.settings
+    out = []
+    before = [False] * start
+    busy, waiting = busy[start:], waiting[start:]
+    for link, rate in net.links:
+        rate = rate[start:]
+        peak = ref_quantile(rate, network.PEAK_QUANTILE) or 0.0
+        if peak < s[network.MIN_PEAK]:
+            out.append((link, [False] * net.n))
+            continue
+        level = s[network.BURST_SHARE] * peak
+        burst = [v == v and v >= level for v in rate]
+        r = ref_pearson(busy, rate)
+        aligned = (r is not None and r <= -s[network.ANTICORRELATION]) \
+            or ref_in_waits(burst, waiting, s[network.BURSTS_IN_WAITS])
+        out.append((network.LinkAlignment(link.link, link.kind, link.link_layer, r, aligned),
+                    before + [aligned and b for b in burst]))
+    return out
 
 
 def ref_quantile(values, q):
@@ -220,3 +256,38 @@ def test_valid_quantiles_and_added_equal_the_loops(values, qs):
 def test_clock_event_ratios_equal_the_loop(masks):
     assert same(gpu_window.reason_ratios(masks), ref_reason_ratios(masks))
 
+
+
+_rate = st.one_of(st.floats(0, 1e10), st.just(NAN), st.just(0.0), st.just(1e6), st.just(2e7), st.just(5e9))
+_share = st.one_of(st.floats(0, 1), st.just(NAN), st.just(0.0), st.just(0.5), st.just(1.0))
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_network_alignment_equals_the_loop(data):
+    # Several GPUs judged against the same links, each at the whole window and a recent start,
+    # as a verdict pass does: the links' sides and burst counts are kept between them.
+    registry()
+    settings = resolve([])[0]
+    n = data.draw(st.integers(0, 40))
+    net = network.Network(AnalysisInputs(views={}, stats={}, latest={}, end=0.0), Grid([0.1 * i for i in range(n)], 0.1),
+                          settings, 0.3)
+    for i in range(data.draw(st.integers(0, 5))):
+        # A link with bursts half the time, or idle, or one whose rates copy another's NaN.
+        kind = data.draw(st.sampled_from(["bursty", "any", "same-nan"]))
+        if kind == "bursty":
+            rates = [data.draw(st.sampled_from([1e6, 5e9, 5e9, NAN])) for _ in range(n)]
+        elif kind == "same-nan" and net.links:
+            rates = [NAN if v != v else data.draw(_rate) for v in net.links[0][1]]
+        else:
+            rates = data.draw(st.lists(_rate, min_size=n, max_size=n))
+        net.links.append((network.LinkAlignment(f"eth{i}", "netdev", "", None, False), rates))
+    for _ in range(data.draw(st.integers(1, 4))):
+        kind = data.draw(st.sampled_from(["clean", "any"]))
+        busy = data.draw(st.lists(st.floats(0, 1) if kind == "clean" else _signal, min_size=n, max_size=n))
+        waiting = data.draw(st.lists(_share, min_size=n, max_size=n)) if kind == "any" else [1.0 - b for b in busy]
+        if data.draw(st.booleans()):
+            # Not on the grid (a shorter series): the loop's truncation.
+            busy = busy[: data.draw(st.integers(0, n))]
+        for start in data.draw(st.lists(st.sampled_from([0, 0, n // 2, max(n - 2, 0), n]), min_size=1, max_size=3)):
+            assert same(net.alignment(busy, waiting, start), ref_alignment(net, busy, waiting, start))

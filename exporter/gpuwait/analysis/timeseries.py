@@ -152,18 +152,34 @@ def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
         ys = list(compress(ys, both))
         sx = sum(xs)
         sy = sum(ys)
-    n = len(xs)
-    if n < 3:
+    if len(xs) < 3:
         return None
-    mx = sx / n
-    my = sy / n
-    dx = list(map(sub, xs, repeat(mx)))
-    dy = list(map(sub, ys, repeat(my)))
-    sxx = sum(map(mul, dx, dx))
-    syy = sum(map(mul, dy, dy))
-    if sxx <= 1e-12 * n * max(1.0, mx * mx) or syy <= 1e-12 * n * max(1.0, my * my):
+    return correlation(Centred(xs, sx), Centred(ys, sy))
+
+
+class Centred:
+    """One side of a correlation: its values (none NaN) less their mean, and their sum of
+    squares. A side correlated with many others is centred once (``correlation``)."""
+
+    __slots__ = ("n", "mean", "deviations", "squares", "flat")
+
+    def __init__(self, values: Sequence[float], total: float | None = None) -> None:
+        n = self.n = len(values)
+        if total is None:
+            total = sum(values)
+        mean = self.mean = total / n if n else math.nan
+        self.deviations = list(map(sub, values, repeat(mean)))
+        squares = self.squares = sum(map(mul, self.deviations, self.deviations))
+        #: Constant to within rounding: no correlation can be told. (A NaN sum of squares,
+        #: from infinities, is not flat: the correlation is then NaN, clamped as before.)
+        self.flat = squares <= 1e-12 * n * max(1.0, mean * mean)
+
+
+def correlation(x: Centred, y: Centred) -> float | None:
+    """``pearson`` of two sides centred over the same valid pairs, to the bit."""
+    if x.n < 3 or x.flat or y.flat:
         return None
-    return max(-1.0, min(1.0, sum(map(mul, dx, dy)) / math.sqrt(sxx * syy)))
+    return max(-1.0, min(1.0, sum(map(mul, x.deviations, y.deviations)) / math.sqrt(x.squares * y.squares)))
 
 
 def autocorrelation(values: Sequence[float], max_lag: int) -> list[float]:
