@@ -69,7 +69,7 @@ class Network:
         self.settings = settings
         self.n = len(grid)
         self.links: list[tuple[LinkAlignment, list[float]]] = []
-        self._burst_cache: dict[int, list[tuple[list[float], list[bool] | None, list[bool] | None, bytes | None]]] = {}
+        self._burst_cache: dict[int, list[_LinkSide]] = {}
         #: Each link's side of its correlations, per start and mask of the pairs valid on both.
         self._sides: dict[tuple[int, int, bytes | None], Centred] = {}
         netdev = inputs.views.get("netdev")
@@ -99,7 +99,8 @@ class Network:
         busy, waiting = busy[start:], waiting[start:]
         if len(busy) != len(waiting) or len(busy) != self.n - start:
             # Not on the grid: each link judged on its own (pearson and _in_waits truncate).
-            for (link, _), (rate, burst, _, _) in zip(self.links, self._bursts(start)):
+            for (link, _), side in zip(self.links, self._bursts(start)):
+                rate, burst = side.rate, side.burst
                 if burst is None:
                     out.append((link, [False] * self.n))
                     continue
@@ -116,14 +117,15 @@ class Network:
         sides: dict[bytes | None, Centred] = {}
         waits = _Waits(waiting)
         anticorrelation, in_waits = -s[ANTICORRELATION], s[BURSTS_IN_WAITS]
-        for i, ((link, _), (rate, burst, rate_valid, rate_key)) in enumerate(zip(self.links, self._bursts(start))):
+        for i, ((link, _), side) in enumerate(zip(self.links, self._bursts(start))):
+            rate, burst = side.rate, side.burst
             if burst is None:
                 out.append((link, [False] * self.n))
                 continue
             if busy_valid is None:
-                valid, key = rate_valid, rate_key
+                valid, key = side.valid, side.key
             else:
-                valid = busy_valid if rate_valid is None else list(map(and_, busy_valid, rate_valid))
+                valid = busy_valid if side.valid is None else list(map(and_, busy_valid, side.valid))
                 key = bytes(valid)
             x = sides.get(key)
             if x is None:
@@ -132,16 +134,14 @@ class Network:
             if y is None:
                 y = self._sides[start, i, key] = Centred(rate) if valid is None else Centred(list(compress(rate, valid)))
             r = correlation(x, y)
-            aligned = (r is not None and r <= anticorrelation) or waits.hold(burst, in_waits)
+            aligned = (r is not None and r <= anticorrelation) or waits.hold(burst, side.bursts, in_waits)
             out.append((LinkAlignment(link.link, link.kind, link.link_layer, r, aligned),
                         before + burst if aligned else [False] * self.n))
         return out
 
-    def _bursts(self, start: int) -> list[tuple[list[float], list[bool] | None, list[bool] | None, bytes | None]]:
-        """Each link's rates from ``start`` on, its burst instants among them (None: a link
-        that never reaches verdict.network.min-peak), and which of its rates are valid (None:
-        all) with that mask as a key; they do not depend on the GPU, so they are worked out
-        once per pass and start."""
+    def _bursts(self, start: int) -> list[_LinkSide]:
+        """Each link's rates from ``start`` on and what is judged of them against every GPU;
+        they do not depend on the GPU, so they are worked out once per pass and start."""
         cached = self._burst_cache.get(start)
         if cached is not None:
             return cached
@@ -156,10 +156,10 @@ class Network:
             # or one lucky interval does not set the bar for every burst.
             peak = quantile(rate, PEAK_QUANTILE) or 0.0
             if peak < s[MIN_PEAK]:
-                cached.append((rate, None, valid, key))
+                cached.append(_LinkSide(rate, None, valid, key))
                 continue
             level = s[BURST_SHARE] * peak
-            cached.append((rate, [v == v and v >= level for v in rate], valid, key))
+            cached.append(_LinkSide(rate, [v == v and v >= level for v in rate], valid, key))
         self._burst_cache[start] = cached
         return cached
 
@@ -196,25 +196,40 @@ def _in_waits(burst: Sequence[bool], waiting: Sequence[float], share: float) -> 
     return inside >= share and inside - base >= MIN_LIFT
 
 
+class _LinkSide:
+    """A link's rates over the judged instants, its burst instants among them (None: it never
+    reaches verdict.network.min-peak) and how many, and which rates are valid (None: all)
+    with that mask as a key."""
+
+    __slots__ = ("rate", "burst", "bursts", "valid", "key")
+
+    def __init__(self, rate: list[float], burst: list[bool] | None, valid: list[bool] | None, key: bytes | None) -> None:
+        self.rate, self.burst, self.valid, self.key = rate, burst, valid, key
+        self.bursts = sum(burst) if burst is not None else 0
+
+
 class _Waits:
     """A GPU's waits as ``_in_waits`` judges every link's bursts against them: which instants
-    are known and which are waits, counted once per GPU, so that a link costs two counts at
-    C speed. ``burst`` must be as long as ``waiting``."""
+    are known and which are waits, counted once per GPU, so that a link costs a count or two
+    at C speed. ``burst`` must be as long as ``waiting``."""
 
-    __slots__ = ("known", "waits", "base")
+    __slots__ = ("known", "waits", "base", "all_known")
 
     def __init__(self, waiting: Sequence[float]) -> None:
         self.known = list(map(eq, waiting, waiting))
         # NaN >= 0.5 is False: an unknown instant is never a wait.
         self.waits = [w >= 0.5 for w in waiting]
         known = sum(self.known)
+        self.all_known = known == len(self.known)
         self.base = sum(self.waits) / known if known else None
 
-    def hold(self, burst: Sequence[bool], share: float) -> bool:
+    def hold(self, burst: Sequence[bool], bursts: int, share: float) -> bool:
+        """Whether ``burst`` (``bursts`` of its instants) falls in the waits as _in_waits has it."""
         if self.base is None:
             return False
-        bursts = sum(map(and_, burst, self.known))
+        if not self.all_known:
+            bursts = sum(compress(self.known, burst))
         if bursts < 3:
             return False
-        inside = sum(map(and_, burst, self.waits)) / bursts
+        inside = sum(compress(self.waits, burst)) / bursts
         return inside >= share and inside - self.base >= MIN_LIFT
