@@ -222,8 +222,9 @@ def dominant_period(values: Sequence[float], step: float, min_cycles: int = 3) -
     max_lag = min(max_lag, n - 1)
     if max_lag + 1 < 4:
         return None
-    if not denom < 1e300:
-        # Infinities or NaN: the comparisons below on the values as they come.
+    if not denom < 1e300 or (8 * _PACK_BYTES - n.bit_length()) // 2 < 2:
+        # Infinities or NaN: the comparisons on the values as they come; a series too long
+        # for the estimates' coefficients (billions of rows): every lag summed.
         return _period_of(autocorrelation(values, max_lag), n, step)
     r = _Autocorrelation(x, denom, max_lag)
     e, spread = r.estimate, r.margin
