@@ -13,6 +13,10 @@ there. The rest is gpuwait's own: the jobs, the executor's hand-offs between thr
 session's bookkeeping and the payload. ``gpu`` is read every --sample.interval, as live, so
 that the driver samples arrive as they would.
 
+``--inline`` runs each GPU's job on the reading thread instead of handing it to the GPU's
+worker (no deadline: a hung call would hang the read), so that the difference from a run
+without it is what the hand-offs between threads cost.
+
 Not a test: it asserts nothing.
 """
 
@@ -56,6 +60,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tree", type=pathlib.Path, required=True)
     ap.add_argument("--reads", type=int, default=100)
+    ap.add_argument("--inline", action="store_true", help="run the jobs on the reading thread (see above)")
     args = ap.parse_args()
     if not getattr(pynvml, "__file__", "").startswith(str(REPO / "tests" / "support")):
         print("pynvml is not the NVML double: put tests/support/nvml_double first on PYTHONPATH", file=sys.stderr)
@@ -64,6 +69,19 @@ def main() -> int:
         fn = getattr(pynvml, name)
         if name.startswith("nvml") and isinstance(fn, types.FunctionType):
             setattr(pynvml, name, _timed(fn))
+    if args.inline:
+        from gpuwait.nvml import executor
+
+        def submit(self, job):
+            ticket = executor.Ticket(job)
+            ticket.started_at = time.monotonic()
+            try:
+                job(ticket, ticket.out)
+            except BaseException as e:  # as a worker hands it over
+                ticket.error = e
+            ticket.done.set()
+            return ticket
+        executor.DeviceExecutor.submit = submit
     settings, _ = resolve([f"--path.procfs={args.tree / 'proc'}", f"--path.sysfs={args.tree / 'sys'}"])
     specs = {s.name: s for c in registry() for s in c.sources}
     print(f"{'source':12s}{'every s':>9s}{'CPU ms/read':>13s}{'in double':>11s}{'gpuwait':>9s}"

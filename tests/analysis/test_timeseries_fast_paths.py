@@ -6,13 +6,19 @@ start before or end after the samples, and columns that share their sample times
 from __future__ import annotations
 
 import math
+import operator
+import random
 
 from hypothesis import example, given, settings as hypothesis_settings, strategies as st
 
-from gpuwait.analysis.timeseries import Grid, interval_rates_at, pearson
+from gpuwait.analysis.evidence import network
+from gpuwait.analysis import timeseries
+from gpuwait.analysis.timeseries import Grid, dominant_period, interval_rates_at, pearson
 from gpuwait.collectors.gpu import window as gpu_window
 from gpuwait.core import series
 from gpuwait.core.facts import CLOCK_EVENT_REASONS
+from gpuwait.core.plugin import AnalysisInputs
+from gpuwait.core.registry import registry, resolve
 from gpuwait.core.ring import Column
 from gpuwait.core.series import increase
 
@@ -60,6 +66,67 @@ def ref_pearson(xs, ys):
     if sxx <= 1e-12 * n * max(1.0, mx * mx) or syy <= 1e-12 * n * max(1.0, my * my):
         return None
     return max(-1.0, min(1.0, sum(x * y for x, y in zip(dx, dy)) / math.sqrt(sxx * syy)))
+
+
+def ref_in_waits(burst, waiting, share):
+    known = [(b, w) for b, w in zip(burst, waiting) if w == w]
+    if not known:
+        return False
+    in_bursts = [w >= 0.5 for b, w in known if b]
+    if len(in_bursts) < 3:
+        return False
+    inside = sum(in_bursts) / len(in_bursts)
+    base = sum(1 for _, w in known if w >= 0.5) / len(known)
+    return inside >= share and inside - base >= network.MIN_LIFT
+
+
+def ref_alignment(net, busy, waiting, start=0):
+    s = net.settings
+    out = []
+    before = [False] * start
+    busy, waiting = busy[start:], waiting[start:]
+    for link, rate in net.links:
+        rate = rate[start:]
+        peak = ref_quantile(rate, network.PEAK_QUANTILE) or 0.0
+        if peak < s[network.MIN_PEAK]:
+            out.append((link, [False] * net.n))
+            continue
+        level = s[network.BURST_SHARE] * peak
+        burst = [v == v and v >= level for v in rate]
+        r = ref_pearson(busy, rate)
+        aligned = (r is not None and r <= -s[network.ANTICORRELATION]) \
+            or ref_in_waits(burst, waiting, s[network.BURSTS_IN_WAITS])
+        out.append((network.LinkAlignment(link.link, link.kind, link.link_layer, r, aligned),
+                    before + [aligned and b for b in burst]))
+    return out
+
+
+def ref_dominant_period(values, step, min_cycles=3):
+    n = len(values)
+    valid = [v for v in values if v == v]
+    if len(valid) < 3:
+        return None
+    m = sum(valid) / len(valid)
+    x = [(v - m) if v == v else 0.0 for v in values]
+    denom = sum(map(operator.mul, x, x))
+    if denom <= 1e-12:
+        return None
+    r = [sum(map(operator.mul, x, x[lag:])) / denom for lag in range(min(n // min_cycles, n - 1) + 1)]
+    if len(r) < 4:
+        return None
+    first_zero = next((k for k in range(1, len(r)) if r[k] <= 0), None)
+    if first_zero is None:
+        return None
+    peaks = [(k, r[k] * n / (n - k)) for k in range(first_zero + 1, len(r) - 1)
+             if r[k] >= r[k - 1] and r[k] >= r[k + 1] and r[k] > 0]
+    if not peaks:
+        return None
+    top = max(strength for _, strength in peaks)
+    best_lag, best = next((k, s) for k, s in peaks if s >= 0.9 * top)
+    a, b, c = r[best_lag - 1], r[best_lag], r[best_lag + 1]
+    denom = a - 2 * b + c
+    offset = 0.5 * (a - c) / denom if denom < 0 else 0.0
+    return (best_lag + offset) * step, min(1.0, best)
 
 
 def ref_quantile(values, q):
@@ -220,3 +287,118 @@ def test_valid_quantiles_and_added_equal_the_loops(values, qs):
 def test_clock_event_ratios_equal_the_loop(masks):
     assert same(gpu_window.reason_ratios(masks), ref_reason_ratios(masks))
 
+
+
+_rate = st.one_of(st.floats(0, 1e10), st.just(NAN), st.just(0.0), st.just(1e6), st.just(2e7), st.just(5e9))
+_share = st.one_of(st.floats(0, 1), st.just(NAN), st.just(0.0), st.just(0.5), st.just(1.0))
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_network_alignment_equals_the_loop(data):
+    # Several GPUs judged against the same links, each at the whole window and a recent start,
+    # as a verdict pass does: the links' sides and burst counts are kept between them.
+    registry()
+    settings = resolve([])[0]
+    n = data.draw(st.integers(0, 40))
+    net = network.Network(AnalysisInputs(views={}, stats={}, latest={}, end=0.0), Grid([0.1 * i for i in range(n)], 0.1),
+                          settings, 0.3)
+    for i in range(data.draw(st.integers(0, 5))):
+        # A link with bursts half the time, or idle, or one whose rates copy another's NaN.
+        kind = data.draw(st.sampled_from(["bursty", "any", "same-nan"]))
+        if kind == "bursty":
+            rates = [data.draw(st.sampled_from([1e6, 5e9, 5e9, NAN])) for _ in range(n)]
+        elif kind == "same-nan" and net.links:
+            rates = [NAN if v != v else data.draw(_rate) for v in net.links[0][1]]
+        else:
+            rates = data.draw(st.lists(_rate, min_size=n, max_size=n))
+        net.links.append((network.LinkAlignment(f"eth{i}", "netdev", "", None, False), rates))
+    for _ in range(data.draw(st.integers(1, 4))):
+        kind = data.draw(st.sampled_from(["clean", "any"]))
+        busy = data.draw(st.lists(st.floats(0, 1) if kind == "clean" else _signal, min_size=n, max_size=n))
+        waiting = data.draw(st.lists(_share, min_size=n, max_size=n)) if kind == "any" else [1.0 - b for b in busy]
+        if data.draw(st.booleans()):
+            # Not on the grid (a shorter series): the loop's truncation.
+            busy = busy[: data.draw(st.integers(0, n))]
+        for start in data.draw(st.lists(st.sampled_from([0, 0, n // 2, max(n - 2, 0), n]), min_size=1, max_size=3)):
+            assert same(net.alignment(busy, waiting, start), ref_alignment(net, busy, waiting, start))
+
+
+@st.composite
+def activities(draw):
+    """A GPU's activity as the verdict sees it: square waves of any period and duty (whose
+    autocorrelation ties between lags), levels that repeat exactly, noise, drifts, NaN, a
+    constant, and amplitudes from tiny to huge."""
+    n = draw(st.one_of(st.integers(0, 40), st.integers(40, 700)))
+    rng = random.Random(draw(st.integers(0, 2 ** 32)))
+    kind = draw(st.sampled_from(["square", "noisy-square", "noisy-square", "noisy-square", "noise", "levels", "drift",
+                                 "constant", "any"]))
+    if kind == "any":
+        return draw(st.lists(_signal, max_size=60))
+    period = draw(st.integers(2, 60))
+    duty = draw(st.integers(1, period))
+    low, high = draw(st.sampled_from([(0.15, 0.9), (0.0, 1.0), (0.2, 0.95)]))
+    # Noise far under the estimates' margin makes near-ties that only exact sums order.
+    noise = draw(st.sampled_from([0.0, 1e-12, 1e-9, 1e-7, 1e-5, 1e-3, 0.05, 0.3]))
+    out = []
+    for i in range(n):
+        if kind in ("square", "noisy-square"):
+            v = low if i % period < duty else high
+            if kind == "noisy-square":
+                v += rng.gauss(0, noise)
+        elif kind == "noise":
+            v = rng.random()
+        elif kind == "levels":
+            v = rng.choice([0.0, 0.25, 0.5, 1.0]) + rng.gauss(0, noise)
+        elif kind == "drift":
+            v = i / max(n, 1) + rng.gauss(0, 0.01)
+        else:
+            v = 0.5
+        out.append(v)
+    scale = draw(st.sampled_from([1.0, 1.0, 1e-3, 1e6, 1e150, -1.0]))
+    out = [v * scale for v in out]
+    for _ in range(draw(st.integers(0, 3))):
+        if out:
+            out[rng.randrange(len(out))] = draw(st.sampled_from([NAN, NAN, 0.0, 0.0, math.inf]))
+    return out
+
+
+@hypothesis_settings(max_examples=600, deadline=None)
+@given(activities(), st.sampled_from([3, 3, 2, 5]), st.sampled_from([6, 6, 4, 3]))
+@example([0.15 if i % 10 < 3 else 0.9 for i in range(600)], 3, 6)
+@example([0.15 if i % 7 == 0 else 0.9 for i in range(598)], 3, 6)
+@example([float(i % 2) for i in range(12)], 3, 6)
+def test_dominant_period_equals_the_loop(values, min_cycles, pack):
+    # Narrower coefficients make coarser estimates, so that far more of the comparisons fall
+    # to the exact sums: each must still come out as the loop's.
+    kept = timeseries._PACK_BYTES
+    timeseries._PACK_BYTES = pack
+    try:
+        assert same(dominant_period(values, 0.1, min_cycles), ref_dominant_period(values, 0.1, min_cycles))
+    finally:
+        timeseries._PACK_BYTES = kept
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(activities(), st.sampled_from([6, 4, 3]))
+def test_autocorrelation_estimates_bound_the_exact_values(values, pack):
+    valid = [v for v in values if v == v]
+    if len(valid) < 3 or len(values) < 12:
+        return
+    m = sum(valid) / len(valid)
+    x = [(v - m) if v == v else 0.0 for v in values]
+    denom = sum(map(operator.mul, x, x))
+    if not 1e-12 < denom < 1e300:
+        return
+    kept = timeseries._PACK_BYTES
+    timeseries._PACK_BYTES = pack
+    try:
+        r = timeseries._Autocorrelation(x, denom, len(x) // 3)
+    finally:
+        timeseries._PACK_BYTES = kept
+    exact = [sum(map(operator.mul, x, x[k:])) / denom for k in range(len(x) // 3 + 1)]
+    for k, v in enumerate(exact):
+        assert abs(r.estimate[k] - v) <= r.margin / 2
+        if k:
+            lo, hi = r.strength_bounds(k)
+            assert lo <= v * len(x) / (len(x) - k) <= hi

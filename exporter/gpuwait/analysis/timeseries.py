@@ -7,10 +7,12 @@ comparison starts by putting them on one grid.
 from __future__ import annotations
 
 import math
+import sys
+from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import compress, islice, repeat
+from itertools import accumulate, compress, islice, repeat
 from operator import and_, eq, le, lt, mul, sub, truediv
 
 from gpuwait.core.ring import Column
@@ -152,18 +154,34 @@ def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
         ys = list(compress(ys, both))
         sx = sum(xs)
         sy = sum(ys)
-    n = len(xs)
-    if n < 3:
+    if len(xs) < 3:
         return None
-    mx = sx / n
-    my = sy / n
-    dx = list(map(sub, xs, repeat(mx)))
-    dy = list(map(sub, ys, repeat(my)))
-    sxx = sum(map(mul, dx, dx))
-    syy = sum(map(mul, dy, dy))
-    if sxx <= 1e-12 * n * max(1.0, mx * mx) or syy <= 1e-12 * n * max(1.0, my * my):
+    return correlation(Centred(xs, sx), Centred(ys, sy))
+
+
+class Centred:
+    """One side of a correlation: its values (none NaN) less their mean, and their sum of
+    squares. A side correlated with many others is centred once (``correlation``)."""
+
+    __slots__ = ("n", "mean", "deviations", "squares", "flat")
+
+    def __init__(self, values: Sequence[float], total: float | None = None) -> None:
+        n = self.n = len(values)
+        if total is None:
+            total = sum(values)
+        mean = self.mean = total / n if n else math.nan
+        self.deviations = list(map(sub, values, repeat(mean)))
+        squares = self.squares = sum(map(mul, self.deviations, self.deviations))
+        #: Constant to within rounding: no correlation can be told. (A NaN sum of squares,
+        #: from infinities, is not flat: the correlation is then NaN, clamped as before.)
+        self.flat = squares <= 1e-12 * n * max(1.0, mean * mean)
+
+
+def correlation(x: Centred, y: Centred) -> float | None:
+    """``pearson`` of two sides centred over the same valid pairs, to the bit."""
+    if x.n < 3 or x.flat or y.flat:
         return None
-    return max(-1.0, min(1.0, sum(map(mul, dx, dy)) / math.sqrt(sxx * syy)))
+    return max(-1.0, min(1.0, sum(map(mul, x.deviations, y.deviations)) / math.sqrt(x.squares * y.squares)))
 
 
 def autocorrelation(values: Sequence[float], max_lag: int) -> list[float]:
@@ -193,7 +211,52 @@ def dominant_period(values: Sequence[float], step: float, min_cycles: int = 3) -
     """
     n = len(values)
     max_lag = n // min_cycles
-    r = autocorrelation(values, max_lag)
+    valid = [v for v in values if v == v]
+    if len(valid) < 3:
+        return None
+    m = sum(valid) / len(valid)
+    x = [(v - m) if v == v else 0.0 for v in values]
+    denom = sum(map(mul, x, x))
+    if denom <= 1e-12:
+        return None
+    max_lag = min(max_lag, n - 1)
+    if max_lag + 1 < 4:
+        return None
+    if not denom < 1e300 or (8 * _PACK_BYTES - n.bit_length()) // 2 < 2:
+        # Infinities or NaN: the comparisons on the values as they come; a series too long
+        # for the estimates' coefficients (billions of rows): every lag summed.
+        return _period_of(autocorrelation(values, max_lag), n, step)
+    r = _Autocorrelation(x, denom, max_lag)
+    e, spread = r.estimate, r.margin
+    first_zero = next((k for k in range(1, max_lag + 1) if r.at_most_zero(k)), None)
+    if first_zero is None:
+        return None
+    # A lag whose estimate is below a neighbour's, or not above zero, by more than both
+    # margins is no peak whatever the exact values; the others are decided on exact values
+    # where their intervals overlap.
+    twice = 2 * spread
+    peaks = [k for k in range(first_zero + 1, max_lag)
+             if e[k] - e[k - 1] >= -twice and e[k] - e[k + 1] >= -twice and e[k] > -spread
+             and r.not_below(k, k - 1) and r.not_below(k, k + 1) and r.above_zero(k)]
+    if not peaks:
+        return None
+    # The highest strength: only the peaks that may reach the highest lower bound need theirs.
+    bounds = {k: r.strength_bounds(k) for k in peaks}
+    floor = max(lo for lo, _ in bounds.values())
+    top = max(r.strength(k) for k in peaks if bounds[k][1] >= floor)
+    # Multiples of the period peak almost as high; the fundamental is the first that does.
+    bar = 0.9 * top
+    best_lag = next(k for k in peaks if bounds[k][1] >= bar and r.strength(k) >= bar)
+    best = r.strength(best_lag)
+    # Refine the lag to sub-sample precision with a parabola through the peak.
+    a, b, c = r.exact(best_lag - 1), r.exact(best_lag), r.exact(best_lag + 1)
+    denom = a - 2 * b + c
+    offset = 0.5 * (a - c) / denom if denom < 0 else 0.0
+    return (best_lag + offset) * step, min(1.0, best)
+
+
+def _period_of(r: list[float], n: int, step: float) -> tuple[float, float] | None:
+    """``dominant_period`` from every lag's autocorrelation ``r`` of a series of ``n``."""
     if len(r) < 4:
         return None
     first_zero = next((k for k in range(1, len(r)) if r[k] <= 0), None)
@@ -207,13 +270,133 @@ def dominant_period(values: Sequence[float], step: float, min_cycles: int = 3) -
     if not peaks:
         return None
     top = max(strength for _, strength in peaks)
-    # Multiples of the period peak almost as high; the fundamental is the first that does.
     best_lag, best = next((k, s) for k, s in peaks if s >= 0.9 * top)
-    # Refine the lag to sub-sample precision with a parabola through the peak.
     a, b, c = r[best_lag - 1], r[best_lag], r[best_lag + 1]
     denom = a - 2 * b + c
     offset = 0.5 * (a - c) / denom if denom < 0 else 0.0
     return (best_lag + offset) * step, min(1.0, best)
+
+
+#: Bytes per coefficient of the big integers that carry every lag's estimate (below): 6
+#: leaves 18 bits per quantised value at 600 rows, enough that the estimates decide all but
+#: a few lags of a clean periodic series; 5 leaves dozens to exact sums, 8 multiplies more.
+_PACK_BYTES = 6
+
+
+class _Autocorrelation:
+    """``autocorrelation(values)[k]`` for the lags ``dominant_period`` looks at, to the bit,
+    each computed only where an estimate of every lag cannot decide a comparison.
+
+    A lag's exact value is n - k products summed in order, as ``autocorrelation`` sums them:
+    every lag costs n * n/3 products a GPU each pass. The estimate quantises the finite series
+    to integers and multiplies it by itself reversed as two big integers, one coefficient
+    per ``_PACK_BYTES`` bytes (CPython multiplies them by Karatsuba), which gives every lag's
+    sum of products of the quantised values exactly; ``margin`` bounds what quantisation and
+    floating-point summation can put between that and the exact value."""
+
+    __slots__ = ("x", "denom", "n", "estimate", "margin", "_exact")
+
+    def __init__(self, x: list[float], denom: float, max_lag: int) -> None:
+        self.x, self.denom, self.n = x, denom, len(x)
+        self._exact: dict[int, float] = {}
+        n, pack, lags = self.n, _PACK_BYTES, max_lag + 1
+        # |q| < 2**bits and q + 2**bits > 0, so that a lag's sum of products of the shifted
+        # values, under n * 4**(bits + 1), fits its coefficient: no carries between them.
+        bits = (8 * pack - n.bit_length()) // 2 - 1
+        scale = math.ldexp(1.0, bits - math.frexp(max(map(abs, x)))[1])
+        q = list(map(int, map(scale.__mul__, x)))
+        offset = 1 << bits
+        shifted = list(map(offset.__add__, q))
+        forward = _packed(array("q", shifted), pack)
+        shifted.reverse()
+        backward = _packed(array("q", shifted), pack)
+        product = (int.from_bytes(forward, "little") * int.from_bytes(backward, "little")).to_bytes(2 * n * pack, "little")
+        # Coefficient n - 1 + k: the sum over i of (q[i] + offset) * (q[i + k] + offset); the
+        # offset's part comes off with the sums of q over the two overlaps.
+        sums = _unpacked(product[(n - 1) * pack:(n - 1 + lags) * pack], pack)
+        prefix = list(accumulate(q, initial=0))
+        total = prefix[n]
+        square = scale * scale
+        self.estimate = [(s - offset * (head + total - tail + (n - k) * offset)) / square / denom
+                         for k, (s, head, tail) in enumerate(zip(sums, reversed(prefix[n - lags + 1:]), prefix))]
+        # x[i] = q[i] / scale + e[i] with |e[i]| < 1 / scale, so the quantised sums are within
+        # 2 * sum|x| / scale + n / scale**2 of the true ones; a float sum of n products is within
+        # n * 2**-53 / (1 - n * 2**-53) of sum x**2 of its true value; the divisions and
+        # conversions add a few units in the last place. Twice that, so that no rounding of
+        # the bound itself matters.
+        u = 2.0 ** -53
+        gamma = n * u / (1 - n * u)
+        quantised = (2 * sum(map(abs, x)) / scale + n / square) / denom
+        self.margin = 2 * (quantised + 1.01 * gamma + 8 * u) + 1e-12
+
+    def exact(self, k: int) -> float:
+        r = self._exact.get(k)
+        if r is None:
+            x = self.x
+            r = self._exact[k] = sum(map(mul, x, x[k:])) / self.denom
+        return r
+
+    def _bounds(self, k: int) -> tuple[float, float]:
+        r = self._exact.get(k)
+        if r is not None:
+            return r, r
+        e = self.estimate[k]
+        return e - self.margin, e + self.margin
+
+    def at_most_zero(self, k: int) -> bool:
+        lo, hi = self._bounds(k)
+        return True if hi <= 0 else False if lo > 0 else self.exact(k) <= 0
+
+    def above_zero(self, k: int) -> bool:
+        lo, hi = self._bounds(k)
+        return True if lo > 0 else False if hi <= 0 else self.exact(k) > 0
+
+    def not_below(self, k: int, j: int) -> bool:
+        """r[k] >= r[j]."""
+        lo_k, hi_k = self._bounds(k)
+        lo_j, hi_j = self._bounds(j)
+        if lo_k >= hi_j:
+            return True
+        if hi_k < lo_j:
+            return False
+        return self.exact(k) >= self.exact(j)
+
+    def strength(self, k: int) -> float:
+        return self.exact(k) * self.n / (self.n - k)
+
+    def strength_bounds(self, k: int) -> tuple[float, float]:
+        if k in self._exact:
+            s = self.strength(k)
+            return s, s
+        e = self.estimate[k] * self.n / (self.n - k)
+        spread = 1.01 * self.margin * self.n / (self.n - k) + 1e-12
+        return e - spread, e + spread
+
+
+def _packed(values: array, width: int) -> bytes:
+    """Non-negative values under 2**(8 * width) as one little-endian integer's bytes, ``width``
+    bytes each."""
+    if sys.byteorder == "big":
+        values.byteswap()
+    raw = values.tobytes()
+    size = values.itemsize
+    out = bytearray(width * len(values))
+    for b in range(width):
+        out[b::width] = raw[b::size]
+    return bytes(out)
+
+
+def _unpacked(raw: bytes, width: int) -> list[int]:
+    """The inverse of ``_packed``."""
+    values = array("q")
+    size = values.itemsize
+    wide = bytearray(size * (len(raw) // width))
+    for b in range(width):
+        wide[b::size] = raw[b::width]
+    values.frombytes(bytes(wide))
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values.tolist()
 
 
 @dataclass

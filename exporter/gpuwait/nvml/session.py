@@ -328,15 +328,19 @@ class DeviceSession:
         request.numMetrics = len(wanted)
         request.sample1 = previous
         request.sample2 = current
+        # pynvml's structures answer every attribute through a Python-level __getattribute__:
+        # the metrics array is looked up once, not once per metric, at 10 Hz for every GPU.
+        metrics = request.metrics
         for i, (_, metric_id, _, _) in enumerate(wanted):
-            request.metrics[i].metricId = metric_id
+            metrics[i].metricId = metric_id
         got = self._call("nvmlGpmMetricsGet", nv.nvmlGpmMetricsGet, request)
         if got is NA:
             return NA
         values: dict[str, float] = {}
+        metrics, success = got.metrics, nv.NVML_SUCCESS
         for i, (metric, _, name, scale) in enumerate(wanted):
-            result = got.metrics[i]
-            if result.nvmlReturn != nv.NVML_SUCCESS:
+            result = metrics[i]
+            if result.nvmlReturn != success:
                 if result.nvmlReturn in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_FUNCTION_NOT_FOUND):
                     self._failed(f"nvmlGpmMetricsGet({metric})", result.nvmlReturn, ())
                 continue  # anything else may be about this interval only

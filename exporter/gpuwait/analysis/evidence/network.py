@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
+from operator import and_, eq
 
-from gpuwait.analysis.timeseries import Grid, pearson
+from gpuwait.analysis.timeseries import Centred, Grid, correlation, pearson
 from gpuwait.collectors.netdev import window as netdev_window
 from gpuwait.collectors.rdma import window as rdma_window
 from gpuwait.core.config import Option, Settings, parse_fraction, parse_positive
@@ -67,7 +69,9 @@ class Network:
         self.settings = settings
         self.n = len(grid)
         self.links: list[tuple[LinkAlignment, list[float]]] = []
-        self._burst_cache: dict[int, list[tuple[list[float], list[bool] | None]]] = {}
+        self._burst_cache: dict[int, list[_LinkSide]] = {}
+        #: Each link's side of its correlations, per start and mask of the pairs valid on both.
+        self._sides: dict[tuple[int, int, bytes | None], Centred] = {}
         netdev = inputs.views.get("netdev")
         if netdev is not None:
             for link in netdev_window.links(netdev):
@@ -93,20 +97,51 @@ class Network:
         out = []
         before = [False] * start
         busy, waiting = busy[start:], waiting[start:]
-        for (link, _), (rate, burst) in zip(self.links, self._bursts(start)):
+        if len(busy) != len(waiting) or len(busy) != self.n - start:
+            # Not on the grid: each link judged on its own (pearson and _in_waits truncate).
+            for (link, _), side in zip(self.links, self._bursts(start)):
+                rate, burst = side.rate, side.burst
+                if burst is None:
+                    out.append((link, [False] * self.n))
+                    continue
+                r = pearson(busy, rate)
+                aligned = (r is not None and r <= -s[ANTICORRELATION]) or _in_waits(burst, waiting, s[BURSTS_IN_WAITS])
+                out.append((LinkAlignment(link.link, link.kind, link.link_layer, r, aligned),
+                            before + [aligned and b for b in burst]))
+            return out
+        # Every GPU is correlated with every link twice a pass: each side is centred once
+        # over the pairs where both are valid (the link's own NaN, where the GPU has none),
+        # so that a correlation is one dot product, with pearson's arithmetic.
+        total = sum(busy)
+        busy_valid = None if total == total else list(map(eq, busy, busy))
+        sides: dict[bytes | None, Centred] = {}
+        waits = _Waits(waiting)
+        anticorrelation, in_waits = -s[ANTICORRELATION], s[BURSTS_IN_WAITS]
+        for i, ((link, _), side) in enumerate(zip(self.links, self._bursts(start))):
+            rate, burst = side.rate, side.burst
             if burst is None:
                 out.append((link, [False] * self.n))
                 continue
-            r = pearson(busy, rate)
-            aligned = (r is not None and r <= -s[ANTICORRELATION]) or _in_waits(burst, waiting, s[BURSTS_IN_WAITS])
-            bursts = before + [aligned and b for b in burst]
-            out.append((LinkAlignment(link.link, link.kind, link.link_layer, r, aligned), bursts))
+            if busy_valid is None:
+                valid, key = side.valid, side.key
+            else:
+                valid = busy_valid if side.valid is None else list(map(and_, busy_valid, side.valid))
+                key = bytes(valid)
+            x = sides.get(key)
+            if x is None:
+                x = sides[key] = Centred(busy, total) if valid is None else Centred(list(compress(busy, valid)))
+            y = self._sides.get((start, i, key))
+            if y is None:
+                y = self._sides[start, i, key] = Centred(rate) if valid is None else Centred(list(compress(rate, valid)))
+            r = correlation(x, y)
+            aligned = (r is not None and r <= anticorrelation) or waits.hold(burst, side.bursts, in_waits)
+            out.append((LinkAlignment(link.link, link.kind, link.link_layer, r, aligned),
+                        before + burst if aligned else [False] * self.n))
         return out
 
-    def _bursts(self, start: int) -> list[tuple[list[float], list[bool] | None]]:
-        """Each link's rates from ``start`` on and its burst instants among them (None: a link
-        that never reaches verdict.network.min-peak); they do not depend on the GPU, so they
-        are worked out once per pass and start."""
+    def _bursts(self, start: int) -> list[_LinkSide]:
+        """Each link's rates from ``start`` on and what is judged of them against every GPU;
+        they do not depend on the GPU, so they are worked out once per pass and start."""
         cached = self._burst_cache.get(start)
         if cached is not None:
             return cached
@@ -114,14 +149,17 @@ class Network:
         cached = []
         for _, rate in self.links:
             rate = rate[start:]
+            total = sum(rate)
+            valid = None if total == total else list(map(eq, rate, rate))
+            key = None if valid is None else bytes(valid)
             # The link's burst rate: a high quantile, not the maximum, so that one pause storm
             # or one lucky interval does not set the bar for every burst.
             peak = quantile(rate, PEAK_QUANTILE) or 0.0
             if peak < s[MIN_PEAK]:
-                cached.append((rate, None))
+                cached.append(_LinkSide(rate, None, valid, key))
                 continue
             level = s[BURST_SHARE] * peak
-            cached.append((rate, [v == v and v >= level for v in rate]))
+            cached.append(_LinkSide(rate, [v == v and v >= level for v in rate], valid, key))
         self._burst_cache[start] = cached
         return cached
 
@@ -164,3 +202,42 @@ def _in_waits(burst: Sequence[bool], waiting: Sequence[float], share: float) -> 
     inside = sum(in_bursts) / len(in_bursts)
     base = sum(1 for _, w in known if w >= 0.5) / len(known)
     return inside >= share and inside - base >= MIN_LIFT
+
+
+class _LinkSide:
+    """A link's rates over the judged instants, its burst instants among them (None: it never
+    reaches verdict.network.min-peak) and how many, and which rates are valid (None: all)
+    with that mask as a key."""
+
+    __slots__ = ("rate", "burst", "bursts", "valid", "key")
+
+    def __init__(self, rate: list[float], burst: list[bool] | None, valid: list[bool] | None, key: bytes | None) -> None:
+        self.rate, self.burst, self.valid, self.key = rate, burst, valid, key
+        self.bursts = sum(burst) if burst is not None else 0
+
+
+class _Waits:
+    """A GPU's waits as ``_in_waits`` judges every link's bursts against them: which instants
+    are known and which are waits, counted once per GPU, so that a link costs a count or two
+    at C speed. ``burst`` must be as long as ``waiting``."""
+
+    __slots__ = ("known", "waits", "base", "all_known")
+
+    def __init__(self, waiting: Sequence[float]) -> None:
+        self.known = list(map(eq, waiting, waiting))
+        # NaN >= 0.5 is False: an unknown instant is never a wait.
+        self.waits = [w >= 0.5 for w in waiting]
+        known = sum(self.known)
+        self.all_known = known == len(self.known)
+        self.base = sum(self.waits) / known if known else None
+
+    def hold(self, burst: Sequence[bool], bursts: int, share: float) -> bool:
+        """Whether ``burst`` (``bursts`` of its instants) falls in the waits as _in_waits has it."""
+        if self.base is None:
+            return False
+        if not self.all_known:
+            bursts = sum(compress(self.known, burst))
+        if bursts < 3:
+            return False
+        inside = sum(compress(self.waits, burst)) / bursts
+        return inside >= share and inside - self.base >= MIN_LIFT
