@@ -346,15 +346,10 @@ def _demand(owners: dict[str, gpu_window.OwnerActivity], owner_of: dict[tuple[st
     (verdict.demand.owner-cores)."""
     since, until = interval or (grid.times[-1] - settings.slow_interval, grid.times[-1])
     recent = [i for i, t in enumerate(grid.times) if since <= t <= until] or [len(grid.times) - 1]
-    groups: dict[str, list[tuple[str, str]]] = {}
-    for g, owner in owner_of.items():
-        if owner:
-            groups.setdefault(owner, []).append(g)
     demand = {}
-    for owner, members in groups.items():
+    for owner, members, pids in _owner_groups(owner_of, device):
         use = owners.get(owner)
-        pids = {p.pid for g in members for p in (getattr(device.get(g[1]), "processes", None) or ())}
-        if use is None or not pids:
+        if use is None:
             continue
         busy = idle = 0.0
         for i in recent:
@@ -381,21 +376,29 @@ def _demand(owners: dict[str, gpu_window.OwnerActivity], owner_of: dict[tuple[st
     return demand
 
 
+def _owner_groups(owner_of: dict[tuple[str, str], str], device: dict[str, GpuDevice]
+                  ) -> list[tuple[str, list[tuple[str, str]], set[int]]]:
+    """(owner, its GPUs, the pids of its processes on them) for each owner with processes."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for g, owner in owner_of.items():
+        if owner:
+            groups.setdefault(owner, []).append(g)
+    out = []
+    for owner, members in groups.items():
+        pids = {p.pid for g in members for p in (getattr(device.get(g[1]), "processes", None) or ())}
+        if pids:
+            out.append((owner, members, pids))
+    return out
+
+
 def _spinning(owner_of: dict[tuple[str, str], str], activity: dict[tuple[str, str], GpuActivity],
               device: dict[str, GpuDevice], view, grid: Grid, pipeline: DataPipeline,
               host_links: Sequence[float]) -> dict[str, list[float]]:
     """Per owner, how many of its host threads spin through each whole instant on a kernel or
     a copy of its GPUs (DataPipeline.spinning_threads), a copy counted for the share of the
     instant it surely ran (evidence.host_transfer.copy_share)."""
-    groups: dict[str, list[tuple[str, str]]] = {}
-    for g, owner in owner_of.items():
-        if owner:
-            groups.setdefault(owner, []).append(g)
     out = {}
-    for owner, members in groups.items():
-        pids = {p.pid for g in members for p in (getattr(device.get(g[1]), "processes", None) or ())}
-        if not pids:
-            continue
+    for owner, members, pids in _owner_groups(owner_of, device):
         busy = []
         for g in members:
             act = activity[g]
