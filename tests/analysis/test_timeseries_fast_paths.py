@@ -402,3 +402,44 @@ def test_autocorrelation_estimates_bound_the_exact_values(values, pack):
         if k:
             lo, hi = r.strength_bounds(k)
             assert lo <= v * len(x) / (len(x) - k) <= hi
+
+
+def _centred_loop(grid, column, period):
+    """The walk over the samples that analysis.activity.centred replaces."""
+    pairs = [(t, v) for t, v in zip(column.times, column.values) if v == v]
+    out, k = [], 0
+    for t in grid.times:
+        middle = t + grid.step / 2
+        while k < len(pairs) and pairs[k][0] < middle - 1e-9:
+            k += 1
+        out.append(pairs[k][1] if k < len(pairs) and pairs[k][0] - middle <= period * 1.5 else math.nan)
+    return out
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_centred_equals_the_walk_over_the_samples(data):
+    from gpuwait.analysis.activity import centred, sample_period
+
+    gaps = data.draw(st.lists(st.sampled_from([0.0, 1e-10, 0.05, 0.1, 0.1, 0.1, 0.1666, 0.3, 1.0]), min_size=2, max_size=60))
+    times, t = [], data.draw(st.floats(0.0, 100.0))
+    for gap in gaps:
+        t += gap
+        times.append(t)
+    values = [data.draw(st.one_of(st.floats(0.0, 1.0), st.just(math.nan))) for _ in times]
+    shift = data.draw(st.sampled_from([0.0, 0.01, 0.05, -0.04]))
+    step = data.draw(st.sampled_from([0.1, 0.2]))
+    grid = Grid([x + shift for x in times[data.draw(st.integers(0, len(times) - 1)):]], step)
+    column = Column(times, values)
+    period = sample_period(column)
+    expected = grid.hold(column) if period is None else _centred_loop(grid, column, period)
+    got = centred(grid, column)
+    assert [x if x == x else "nan" for x in got] == [x if x == x else "nan" for x in expected]
+
+
+def test_centred_takes_a_sample_within_a_nanosecond_before_the_middle_as_the_walk_does():
+    from gpuwait.analysis.activity import centred, sample_period
+
+    column = Column([0.0, 0.05 - 5e-10, 0.1], [1.0, 0.5, 0.0])
+    grid = Grid([0.0], 0.1)
+    assert centred(grid, column) == _centred_loop(grid, column, sample_period(column)) == [0.5]

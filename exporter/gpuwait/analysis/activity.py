@@ -35,6 +35,7 @@ Three facts of the hardware shape this:
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -109,14 +110,18 @@ def centred(grid: Grid, column: Column) -> list[float]:
     period = sample_period(column)
     if period is None:
         return grid.hold(column)
-    pairs = [(t, v) for t, v in zip(column.times, column.values) if v == v]
+    times, values = column.times, column.values
+    if not sum(values) == sum(values):  # a NaN anywhere makes the sum NaN
+        kept = [(t, v) for t, v in zip(times, values) if v == v]
+        times, values = [t for t, _ in kept], [v for _, v in kept]
+    n = len(times)
+    half, limit, nan = grid.step / 2, period * 1.5, math.nan
     out = []
-    k = 0
     for t in grid.times:
-        middle = t + grid.step / 2
-        while k < len(pairs) and pairs[k][0] < middle - 1e-9:
-            k += 1
-        out.append(pairs[k][1] if k < len(pairs) and pairs[k][0] - middle <= period * 1.5 else math.nan)
+        middle = t + half
+        # The first sample stamped at or after the middle (the grid's times ascend).
+        k = bisect_left(times, middle - 1e-9)
+        out.append(values[k] if k < n and times[k] - middle <= limit else nan)
     return out
 
 
