@@ -76,14 +76,17 @@ def _gpm(settings, sm, dram, util=None):
 
 
 def test_a_resident_collective_is_a_footprint_candidate(settings):
-    # Compute at SM 0.82 with DRAM 0.5; the collective at SM 0.15 with DRAM resting.
-    sm = [0.82] * 30 + [0.15] * 20
+    # Compute at SM 0.82 with DRAM 0.5; the collective at SM 0.15 with DRAM resting, and one
+    # period that is part compute, part collective (SM 0.4).
+    sm = [0.82] * 30 + [0.15] * 10 + [0.4] + [0.15] * 9
     dram = [0.5] * 30 + [0.02] * 20
     act = _gpm(settings, sm, dram)
     assert act.signal == "sm_active"
     # (Each instant takes the samples that cover its step: the next ones; the last has none.)
+    # At the collective's own level the whole instant is its wait; the mixed one for the share
+    # of its period the collective held, (0.82 - 0.4) / (0.82 - 0.15).
     assert all(f == 0.0 for f in act.footprint[:29])
-    assert all(f == pytest.approx(1 - 0.15 / 0.82) for f in act.footprint[29:49])
+    assert act.footprint[29:49] == pytest.approx([1.0] * 10 + [(0.82 - 0.4) / (0.82 - 0.15)] + [1.0] * 9)
     assert all(x == 0.0 for x in act.idle[:49])  # utilization 100 %: no kernel-free time
 
 

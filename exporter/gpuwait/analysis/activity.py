@@ -136,12 +136,13 @@ def gpu_activity(view: WindowView, grid: Grid, gpu: tuple[str, str], settings: S
         level = quantile(sm, LEVEL_QUANTILE)
         dram_level = quantile(dram, LEVEL_QUANTILE)
         floor = settings[SM_IDLE_THRESHOLD]
-        idle, footprint, resident = [], [], []
+        idle, resident = [], []
+        footprint: list[float | None] = []
         for i in range(n):
             s, u = sm[i], util[i]
             if s != s:
                 idle.append(_idle_of(u))
-                footprint.append(0.0)
+                footprint.append(None)
                 resident.append(0.0)
                 continue
             # SM activity is averaged over the sample's period and utilization is the share of
@@ -155,21 +156,44 @@ def gpu_activity(view: WindowView, grid: Grid, gpu: tuple[str, str], settings: S
             quiet_memory = dram[i] != dram[i] or dram_level is None or dram[i] <= share * dram_level
             if (level is not None and level >= MIN_WORKING_LEVEL and s >= floor and s <= share * level
                     and (u != u or u >= PINNED) and quiet_memory):
-                footprint.append(1.0 - s / level)
+                footprint.append(s)
             else:
-                footprint.append(0.0)
-        return GpuActivity("sm_active", sm, idle, footprint, level, resident)
+                footprint.append(None)
+        return GpuActivity("sm_active", sm, idle, _unmixed(footprint, level), level, resident)
     memory = centred(grid, gpu_window.memory_busy(view, gpu))
     level = quantile(memory, LEVEL_QUANTILE)
     idle = [_idle_of(u) for u in util]
     footprint = [0.0] * n
     if level is not None and level >= MIN_MEMORY_LEVEL:
+        at: list[float | None] = [None] * n
         for i in range(n):
             u, m = util[i], memory[i]
             if u == u and u >= PINNED and m == m and m <= share * level:
-                footprint[i] = 1.0 - m / level
+                at[i] = m
+        footprint = _unmixed(at, level)
     # Without GPM no instant is idle while utilization says a kernel ran.
     return GpuActivity("utilization", util, idle, footprint, level, [0.0] * n)
+
+
+#: The collective's own level is this quantile of the GPU's activity at its footprint instants.
+FOOTPRINT_LEVEL_QUANTILE = 0.1
+
+
+def _unmixed(at_footprint: list[float | None], level: float | None) -> list[float]:
+    """The share of each instant spent at the collective's footprint, from its activity there
+    (None: not a footprint instant). An instant's activity is the mix of the working level and
+    the footprint's own level over its period, so the share is how far it lies from the first
+    towards the second; a collective's whole wait is a wait, not just the SMs it leaves
+    unused. The footprint's level is the GPU's own: the low quantile of its footprint
+    instants."""
+    lows = [a for a in at_footprint if a is not None]
+    if level is None or level <= 0.0 or not lows:
+        return [0.0] * len(at_footprint)
+    own = quantile(lows, FOOTPRINT_LEVEL_QUANTILE)
+    span = level - own if own is not None else 0.0
+    if span <= 0.0:
+        return [1.0 - a / level if a is not None else 0.0 for a in at_footprint]
+    return [min(1.0, (level - a) / span) if a is not None else 0.0 for a in at_footprint]
 
 
 def _idle_of(u: float) -> float:
