@@ -32,7 +32,7 @@ import math
 from gpuwait.analysis.activity import MAX_SAMPLE_PERIOD, PINNED
 from gpuwait.analysis.collectives import GpuCollectives
 from gpuwait.analysis.evidence.host_transfer import both_directions, pcie_rate
-from gpuwait.analysis.evidence.host_transfer import QUIET_LINK_SHARE
+from gpuwait.analysis.evidence.host_transfer import QUIET_LINK_SHARE, link_capacity
 from gpuwait.analysis.timeseries import Grid
 from gpuwait.collectors.gpu import window as gpu_window
 from gpuwait.collectors.gpu.payload import GpuDevice
@@ -97,9 +97,7 @@ def collective_stalled(view: WindowView, grid: Grid, gpu: tuple[str, str], devic
     memory = [v for v in grid.hold(memory_column)[first:] if v == v]
     if not memory or max(memory) > RESTING_MEMORY:
         return False
-    link = getattr(device, "pcie", None)
-    capacity = (pcie_link_capacity(getattr(link, "generation", None), getattr(link, "width", None))
-                or pcie_link_capacity(*FALLBACK_LINK))
+    capacity = link_capacity(device) or pcie_link_capacity(*FALLBACK_LINK)
     rx, tx = gpu_window.gpm_nvlink_rates(view, gpu)
     traffic = [_mean(pcie_rate(view, grid, gpu)[first:]),
                _mean(both_directions(grid.hold(rx), grid.hold(tx))[first:])]

@@ -32,10 +32,15 @@ PCIE_SHARE = Option("verdict.pcie.share", parse_fraction, 0.5,
 OPTIONS = (PCIE_SHARE,)
 
 
+def link_capacity(device: GpuDevice | None) -> float | None:
+    """Bytes per second the GPU's PCIe link carries as trained now; None when not known."""
+    link = getattr(device, "pcie", None)
+    return pcie_link_capacity(getattr(link, "generation", None), getattr(link, "width", None))
+
+
 def host_transfer(view: WindowView, grid: Grid, gpu: tuple[str, str], device: GpuDevice | None,
                   settings: Settings) -> list[bool]:
-    link = getattr(device, "pcie", None)
-    capacity = pcie_link_capacity(getattr(link, "generation", None), getattr(link, "width", None))
+    capacity = link_capacity(device)
     if capacity is None:
         return [False] * len(grid)
     rate = pcie_rate(view, grid, gpu)
@@ -56,8 +61,7 @@ def copy_share(view: WindowView, grid: Grid, gpu: tuple[str, str], device: GpuDe
     link carried bytes in it and in the instants either side, with the NICs quiet (_spanning);
     elsewhere the bytes it moved at the link's capacity, which no copy outruns. 0 where the
     capacity is not known."""
-    link = getattr(device, "pcie", None)
-    capacity = pcie_link_capacity(getattr(link, "generation", None), getattr(link, "width", None))
+    capacity = link_capacity(device)
     n = len(grid)
     if capacity is None:
         return [0.0] * n
@@ -85,8 +89,7 @@ def host_copies(view: WindowView, grid: Grid, gpu: tuple[str, str], device: GpuD
     """Instants a copy spans (_spanning) that the GPU idled (``idle``: its kernel-free share)
     for COPY_COVERS of; ``host_links``: the bytes per second the host's NICs and RDMA ports
     move together."""
-    link = getattr(device, "pcie", None)
-    capacity = pcie_link_capacity(getattr(link, "generation", None), getattr(link, "width", None))
+    capacity = link_capacity(device)
     if capacity is None:
         return [False] * len(grid)
     spanning = _spanning(pcie_rate(view, grid, gpu), capacity, host_links)

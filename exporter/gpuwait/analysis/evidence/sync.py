@@ -24,11 +24,10 @@ from collections.abc import Sequence
 
 from gpuwait.analysis.activity import GpuActivity, centred
 from gpuwait.analysis.attribution import DIRECT, INFERRED
-from gpuwait.analysis.evidence.host_transfer import QUIET_LINK_SHARE, both_directions, pcie_rate
+from gpuwait.analysis.evidence.host_transfer import QUIET_LINK_SHARE, both_directions, link_capacity, pcie_rate
 from gpuwait.analysis.timeseries import Grid
 from gpuwait.collectors.gpu import window as gpu_window
 from gpuwait.collectors.gpu.payload import GpuDevice
-from gpuwait.core.facts import pcie_link_capacity
 from gpuwait.core.ring import WindowView
 
 
@@ -66,8 +65,7 @@ def quiet_wait(view: WindowView, grid: Grid, gpu: tuple[str, str], device: GpuDe
     n = len(mine.idle)
     if not any(f > 0.0 for f in mine.footprint):
         return [0.0] * n
-    link = getattr(device, "pcie", None)
-    capacity = pcie_link_capacity(getattr(link, "generation", None), getattr(link, "width", None))
+    capacity = link_capacity(device)
     if capacity is None:
         return [0.0] * n
     floor = QUIET_LINK_SHARE * capacity
