@@ -81,10 +81,10 @@ L40S = GpuSpec("NVIDIA L40S", "ada", False, 142, 2520e6, 210e6, 9001e6, 350.0, 3
 class Kernel:
     """A stretch of back-to-back kernels on one stream: ``work`` seconds at full clock."""
 
-    __slots__ = ("work", "left", "sm", "occ", "tensor", "dram", "power", "sens", "done", "finished", "tag")
+    __slots__ = ("work", "left", "sm", "occ", "tensor", "dram", "power", "sens", "done", "finished", "tag", "after")
 
     def __init__(self, work: float, sm: float, occ: float, tensor: float, dram: float, power: float,
-                 sens: float = 1.0, tag: str = "compute") -> None:
+                 sens: float = 1.0, tag: str = "compute", after: "Copy | None" = None) -> None:
         self.work = work
         self.left = work
         self.sm = sm
@@ -97,6 +97,8 @@ class Kernel:
         self.done = False
         self.finished = 0.0
         self.tag = tag
+        #: a copy the kernel is queued behind on its stream: it starts when the copy ends
+        self.after = after
 
 
 class Resident:
@@ -222,9 +224,40 @@ class Gpu:
         f = self.clock_factor
         busy = sm = occ = tensor = dram = energy_int = 0.0
         tags: dict[str, float] = {}
+        # Copies first: a kernel queued behind one starts when it ends, within this step.
+        copy_busy = 0.0
+        moved_now = {"tx": 0.0, "rx": 0.0}
+        for direction in ("h2d", "d2h"):
+            active = [c for c in self.copies if not c.done and c.direction == direction]
+            if not active:
+                continue
+            # The copies of one direction share the link.
+            share = self.link_rate / len(active)
+            side = "rx" if direction == "h2d" else "tx"
+            for c in active:
+                rate = share * c.efficiency
+                moved = min(c.left, rate * dt)
+                c.left -= moved
+                self.pcie[side] += moved
+                moved_now[side] += moved
+                self._gpm_bytes[0 if side == "tx" else 1] += moved
+                copy_busy = max(copy_busy, moved / rate)
+                if c.left <= 1e-6:
+                    c.done = True
+                    c.finished = t + moved / rate
+        if self.copies:
+            self.copies = [c for c in self.copies if not c.done]
+            tags["copy"] = copy_busy
         remaining = dt
         while self.stream and remaining > 1e-12:
             k = self.stream[0]
+            if k.after is not None:
+                if not k.after.done:
+                    break
+                remaining = min(remaining, t + dt - k.after.finished)
+                k.after = None
+                if remaining <= 1e-12:
+                    break
             rate = f ** k.sens
             run = min(k.left / rate, remaining)
             k.left -= run * rate
@@ -258,29 +291,6 @@ class Gpu:
         busy = min(busy, dt)
         sm = min(sm, dt)
         dram = min(dram, dt)
-        copy_busy = 0.0
-        moved_now = {"tx": 0.0, "rx": 0.0}
-        for direction in ("h2d", "d2h"):
-            active = [c for c in self.copies if not c.done and c.direction == direction]
-            if not active:
-                continue
-            # The copies of one direction share the link.
-            share = self.link_rate / len(active)
-            side = "rx" if direction == "h2d" else "tx"
-            for c in active:
-                rate = share * c.efficiency
-                moved = min(c.left, rate * dt)
-                c.left -= moved
-                self.pcie[side] += moved
-                moved_now[side] += moved
-                self._gpm_bytes[0 if side == "tx" else 1] += moved
-                copy_busy = max(copy_busy, moved / rate)
-                if c.left <= 1e-6:
-                    c.done = True
-                    c.finished = t + moved / rate
-        if self.copies:
-            self.copies = [c for c in self.copies if not c.done]
-            tags["copy"] = copy_busy
         # background PCIe traffic of the driver and doorbells
         background_rx = 8e5 * dt + (4e6 * dt if busy > 0 else 0.0)
         self.pcie["tx"] += 2e5 * dt

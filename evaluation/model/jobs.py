@@ -303,15 +303,20 @@ class TrainingJob:
                 yield from compute(main, lognormal(rng, feed.decode, feed.decode_cv), dt)
             # 2. host to device
             hw = self.host_wait
+            work = self.compute_time(r.index)
             if self.h2d_bytes:
                 r.phase = "copy"
                 c = gpu.copy(Copy(self.h2d_bytes, "h2d", self.h2d_pinned))
+                # The forward pass starts as the copy ends: the host returns from the copy and
+                # launches within microseconds, far inside one model step, so it is queued
+                # behind the copy here rather than at the step the host sees the copy done.
+                k = gpu.launch(Kernel(work, p.sm, p.occ, p.tensor, p.dram, p.power, p.sens, after=c))
                 # a copy from pageable memory keeps the host thread busy staging it
                 yield from wait(main, lambda: c.done, "spin" if not self.h2d_pinned else hw)
+            else:
+                k = gpu.launch(Kernel(work, p.sm, p.occ, p.tensor, p.dram, p.power, p.sens))
             # 3. forward and backward
             r.phase = "compute"
-            work = self.compute_time(r.index)
-            k = gpu.launch(Kernel(work, p.sm, p.occ, p.tensor, p.dram, p.power, p.sens))
             exchange = self.grad_bytes and (self.host_staged or len(self.ranks) > 1 or self.nodes > 1)
             if exchange:
                 yield from wait(main, lambda: k.done, hw)
@@ -537,12 +542,15 @@ class InferenceServer:
                 self.queue.pop(0)
                 pending.append(lognormal(self.rng, self.cpu_per_request, 0.2))
             launched = [k for k in launched if not k.done]
+            # A synchronize spins until the kernels it waits for end (cudaStreamSynchronize
+            # returns when the stream's work completes), not to the end of the step.
+            spin = sum(k.left for k in launched)
             if pending:
                 self.phase = "launch"
-                th.run(1.0 if launched else min(1.0, sum(pending) / dt))
+                th.run(min(1.0, (sum(pending) + spin) / dt))
             elif launched:
                 self.phase = "compute"
-                th.run(1.0)  # spinning in the synchronize
+                th.run(min(1.0, spin / dt))  # spinning in the synchronize
             else:
                 self.phase = "idle"
                 th.sleep()
