@@ -453,6 +453,9 @@ def _cause_evidence(m: _Index, cause: str, key: Mapping[str, str], owner: str, w
         out.append(f"PCIe rx {_rate(rx)}, tx {_rate(tx)} on a Gen{_num(gen, 0)} x{_num(width, 0)} link (A9)")
         if gen is not None and width is not None and max_gen is not None and max_width is not None and (gen < max_gen or width < max_width):
             out.append(f"link trained below its maximum Gen{_num(max_gen, 0)} x{_num(max_width, 0)}: reseat or check the slot")
+        elif gen is not None and max_gen is not None:
+            out.append("the link runs at its maximum: the GPU waits for copies it could overlap with its kernels "
+                       "(pinned memory, non_blocking copies on a side stream)")
     elif cause == "network":
         links = sorted((l["link"], l.get("link_layer", ""), v) for l, v in m.series("gpuwait_gpu_link_correlation", **key)
                        if m.value("gpuwait_gpu_link_aligned", link=l["link"], **key) == 1)

@@ -262,6 +262,53 @@ def test_a_copy_spanning_the_idle_instants_is_a_host_copy_unless_a_nic_moves_its
     assert not any(host_copies(trickle, grid, GPU, device, [1.0] * n, quiet_nics))
 
 
+def test_the_idle_a_copy_into_the_gpu_covers_waited_for_the_copy(settings):
+    from gpuwait.analysis.attribution import attribute, verdict
+    from gpuwait.analysis.evidence.host_transfer import input_copy_share
+    from gpuwait.collectors.gpu.payload import GpuDevice
+    from gpuwait.nvml.values import PcieLink
+
+    # Each 1 s step a synchronous copy from pinned memory at 25 GB/s on a Gen4 x16 link
+    # (31.5 GB/s) for 0.3 s, then the kernels that read it; the loader's workers decode the
+    # next batches meanwhile, their cores saturated.
+    n = 50
+    step = [i % 10 for i in range(n)]
+    times, view = _copies(lambda i: 2.5e9 if step[i] < 3 else 0.0, n=n)
+    device = GpuDevice(index=0, uuid=GPU[1], up=True, pcie=PcieLink(4, 16, 4, 16, 4))
+    grid = Grid(times, 0.1)
+    quiet = [0.0] * n
+    share = input_copy_share(view, grid, GPU, device, quiet)
+    capacity = 16 * 16e9 * 128 / 130 / 8  # Gen4: 16 GT/s a lane, 128b/130b
+    # No copy outruns the link: 2.5 GB in 0.1 s ran at least 2.5e9 / capacity / 0.1 of it.
+    assert share[:4] == pytest.approx([2.5e9 / capacity / 0.1] * 3 + [0.0])
+    # The same bytes while a NIC moves as many: GPUDirect RDMA writing into the GPU.
+    assert not any(input_copy_share(view, grid, GPU, device, [25e9] * n))
+    assert not any(input_copy_share(view, grid, GPU, GpuDevice(index=0, uuid=GPU[1], up=True), quiet))
+
+    # The GPU idles through the copy: what the copy covers of the idle time is the copy's,
+    # whatever the saturated cores suggest; the rest is theirs.
+    idle = [1.0 if s < 3 else 0.0 for s in step]
+    loader = {"data_pipeline": [INFERRED] * n}
+    a = attribute(idle, loader, [True] * n, [False] * n, copying=share)
+    covered = sum(min(x, c) for x, c in zip(idle, share)) / n
+    assert covered > 0.2
+    assert a.wait_ratio["host_transfer"] == pytest.approx(covered)
+    assert a.wait_ratio["data_pipeline"] == pytest.approx(sum(idle) / n - covered)
+    assert verdict(a) == "host_transfer"
+    assert verdict(attribute(idle, loader, [True] * n, [False] * n)) == "data_pipeline"
+    # A checkpoint's own pause: the copy is part of it.
+    paused = attribute(idle, {**loader, "checkpoint": [DIRECT] * n}, [True] * n, [False] * n, copying=share)
+    assert paused.wait_ratio["host_transfer"] == 0.0
+    assert verdict(paused) == "none"
+    # The look-alike: a GPU that waits for its loader most of each step, then takes its batch
+    # in a copy of a few milliseconds: the wait stays the loader's.
+    waiting = [1.0 if s < 6 else 0.0 for s in step]
+    times, batches = _copies(lambda i: 0.2e9 if step[i] == 5 else 0.0, n=n)
+    b = attribute(waiting, loader, [True] * n, [False] * n, copying=input_copy_share(batches, grid, GPU, device, quiet))
+    assert 0.0 < b.wait_ratio["host_transfer"] < 0.01
+    assert verdict(b) == "data_pipeline"
+
+
 def test_a_metadata_bound_nfs_reader_waits_on_the_server_all_the_time(settings):
     from gpuwait.analysis.evidence.storage import storage
 

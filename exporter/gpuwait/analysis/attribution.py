@@ -61,6 +61,7 @@ def attribute(
     order: Sequence[str] = (PAUSE, *EVIDENCE_ORDER),
     start: int = 0,
     resident: Sequence[float] | None = None,
+    copying: Sequence[float] | None = None,
 ) -> Attribution:
     """``idle`` is the share of each grid instant the GPU had no work on (0..1, NaN where
     unknown); ``evidence`` maps a cause to its strength at each instant (0 or False: absent).
@@ -68,11 +69,15 @@ def attribute(
     and active (demand), else ``none`` (A1: no demand, nothing to fix). ``resident`` is the
     part of each instant's idle share a kernel was resident for; only RESIDENT_CAUSES explain
     it, else it is ``insufficient_work`` (the GPU had a kernel to run, whatever its owner's
-    demand). Instants before ``start`` are left out (the long and the short window share one set
-    of sequences)."""
+    demand). ``copying`` is the share of each instant a copy into the GPU surely ran: the
+    kernel-free idle time it covers waited for that copy (``host_transfer``; ``none`` where the
+    instant is the job's own pause), since the data being copied was ready, whatever else
+    the host shows. Instants before ``start`` are left out (the long and the short window
+    share one set of sequences)."""
     totals = dict.fromkeys(CAUSES, 0.0)
     causes = [(c, evidence[c]) for c in order if evidence.get(c) is not None]
     in_kernel = [(c, v) for c, v in causes if c in RESIDENT_CAUSES]
+    pause = evidence.get(PAUSE)
     samples = 0
     busy = busy_throttled = 0.0
     for i in range(start, len(idle)):
@@ -87,8 +92,15 @@ def attribute(
         if x <= 0.0:
             continue
         r = min(x, resident[i]) if resident is not None and resident[i] == resident[i] else 0.0
-        if x - r > 0.0:
-            totals[_strongest(causes, i, demand[i])] += x - r
+        free = x - r
+        if copying is not None and free > 0.0:
+            c = copying[i]
+            c = min(free, c) if c == c and c > 0.0 else 0.0
+            if c > 0.0:
+                totals["none" if pause is not None and pause[i] else "host_transfer"] += c
+                free -= c
+        if free > 0.0:
+            totals[_strongest(causes, i, demand[i])] += free
         if r > 0.0:
             # A kernel was resident: the GPU had work, too little to keep its SMs busy (A4),
             # whatever the owner's CPU says about demand.

@@ -30,7 +30,7 @@ from gpuwait.analysis.evidence import workload
 from gpuwait.analysis.evidence.checkpoint import checkpoint
 from gpuwait.analysis.evidence.data_pipeline import DataPipeline
 from gpuwait.analysis.evidence.data_pipeline import throttled as cpu_throttled
-from gpuwait.analysis.evidence.host_transfer import copy_share, host_copies, host_transfer
+from gpuwait.analysis.evidence.host_transfer import copy_share, host_copies, host_transfer, input_copy_share
 from gpuwait.analysis.evidence.network import MIN_PEAK, LinkAlignment, Network
 from gpuwait.analysis.evidence.storage import OWNER_READ_BYTES, storage
 from gpuwait.analysis.evidence.sync import quiet_wait, sync
@@ -273,11 +273,13 @@ class VerdictAnalyser:
                 return idle, resident, evidence, active
 
             reasons = throttled(gpu_view, grid, g)
+            copying = None if processless else input_copy_share(gpu_view, grid, g, info, host_links)
             idle, resident, evidence, active = judged(links)
-            long = attribute(idle, evidence, [active] * n, reasons, resident=resident)
+            long = attribute(idle, evidence, [active] * n, reasons, resident=resident, copying=copying)
             # The short window is judged on its own instants' link levels (Network.alignment).
             idle, resident, evidence, _ = judged(network.alignment(act.activity, waiting, start=short_start))
-            short = attribute(idle, evidence, [active] * n, reasons, start=short_start, resident=resident)
+            short = attribute(idle, evidence, [active] * n, reasons, start=short_start, resident=resident,
+                              copying=copying)
             cause = _raised(verdict(long, rules), short, rules)
             period = dominant_period(act.activity, grid.step) if long.idle_ratio >= rules.min_idle_ratio else None
             if period is not None and period[1] < settings[DIP_MIN_PERIODICITY]:

@@ -3,6 +3,9 @@
 - The GPU's PCIe link carrying host-device copies near its capacity. Capacity is the link as
   trained now (generation and width): a downtrained link is exactly when copies start to be
   the wait.
+- The GPU idle while its link brings data in (``input_copy_share``): for the share of the
+  instant the copy surely ran, the GPU waits for it and not for what produced the data (the
+  batch being copied was ready), whatever else the host shows.
 - The GPU idle through an instant while its link carries bytes in it and in the instants
   either side, and no NIC or RDMA port of the host moves a tenth as many: a copy in flight
   across the whole instant (or copies back to back), and nothing else. A kernel that reads a
@@ -75,9 +78,15 @@ def _spanning(rate: Sequence[float], capacity: float, host_links: Sequence[float
     the instants either side, while the host's NICs and RDMA ports moved under NIC_SHARE of
     them (GPUDirect RDMA bytes cross the link too)."""
     n = len(rate)
-    floor = QUIET_LINK_SHARE * capacity
-    moving = [r == r and r >= floor and h == h and h < NIC_SHARE * r for r, h in zip(rate, host_links)]
+    moving = _host_copying(rate, capacity, host_links)
     return [0 < i < n - 1 and moving[i - 1] and moving[i] and moving[i + 1] for i in range(n)]
+
+
+def _host_copying(rate: Sequence[float], capacity: float, host_links: Sequence[float]) -> list[bool]:
+    """Instants the link carried more than a trickle while the host's NICs and RDMA ports moved
+    under NIC_SHARE of its bytes: a copy between the GPU and host memory."""
+    floor = QUIET_LINK_SHARE * capacity
+    return [r == r and r >= floor and h == h and h < NIC_SHARE * r for r, h in zip(rate, host_links)]
 
 
 #: Share of an instant a GPU must idle for a copy spanning it to be what it waits for.
@@ -94,6 +103,25 @@ def host_copies(view: WindowView, grid: Grid, gpu: tuple[str, str], device: GpuD
         return [False] * len(grid)
     spanning = _spanning(pcie_rate(view, grid, gpu), capacity, host_links)
     return [s and x == x and x >= COPY_COVERS for s, x in zip(spanning, idle)]
+
+
+def input_copy_share(view: WindowView, grid: Grid, gpu: tuple[str, str], device: GpuDevice | None,
+                     host_links: Sequence[float]) -> list[float]:
+    """Per instant, the least share of it a copy into the GPU ran: the bytes its link received
+    at the link's capacity, which no copy outruns. A GPU idle while its input is copied in
+    waits for the copy, and for nothing upstream of it: the batch being copied was ready. 0
+    where the host's NICs and RDMA ports moved NIC_SHARE of those bytes or more (GPUDirect
+    RDMA writes into the GPU's memory cross its link too), and where the capacity is not known."""
+    capacity = link_capacity(device)
+    n = len(grid)
+    if capacity is None:
+        return [0.0] * n
+    rate = grid.rates(gpu_window.pcie_rx_bytes(view, gpu), HOLD_INTERVALS * grid.step)
+    if not any(v == v for v in rate):
+        rx, _ = gpu_window.gpm_pcie_rates(view, gpu)
+        rate = centred(grid, rx)
+    copying = _host_copying(rate, capacity, host_links)
+    return [min(1.0, r / capacity) if c else 0.0 for r, c in zip(rate, copying)]
 
 
 def pcie_rate(view: WindowView, grid: Grid, gpu: tuple[str, str]) -> list[float]:

@@ -228,6 +228,12 @@ def pcie_bytes(view: WindowView, gpu: tuple[str, str]) -> Column:
     return Column(view.times, added(view.column((PCIE_RX, *gpu)), view.column((PCIE_TX, *gpu))))
 
 
+def pcie_rx_bytes(view: WindowView, gpu: tuple[str, str]) -> Column:
+    """Bytes the GPU received over PCIe (the driver's counter): host-to-device copies, and
+    what a NIC writes into its memory (GPUDirect RDMA)."""
+    return view.series((PCIE_RX, *gpu))
+
+
 def gpm_pcie_rates(view: WindowView, gpu: tuple[str, str]) -> tuple[Column, Column]:
     """(receive, transmit) PCIe bytes per second from GPM, for GPUs without byte counters."""
     return view.series((_GPM_PCIE_RX, *gpu)), view.series((_GPM_PCIE_TX, *gpu))
