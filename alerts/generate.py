@@ -380,9 +380,9 @@ def wait_alerts() -> list[Alert]:
   (owner_instance:gpuwait_gpu_sync_wait_ratio:avg_peers >= <<straggler.barrier_wait_ratio>>)""",
             "<<straggler.for>>", "gated",
             "GPU {{ $labels.gpu }} on {{ $labels.instance }} holds back the other GPUs of {{ $labels.owner }}.",
-            "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) computes longest each step; the other GPUs of "
+            "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) reaches the barrier last each step; the other GPUs of "
             "{{ $labels.owner }} on {{ $labels.instance }} waited for it at the barrier {{ $value | humanizePercentage }} "
-            "of the window on average. The hardware may be healthy: look at this GPU's clocks, its data shard and its work share.",
+            "of the window on average. It computes longest or waits on something of its own (its own verdict says which): look at its clocks, its data shard and its work share.",
             "A12",
             labels={"scope": "node"},
             gate="workload",

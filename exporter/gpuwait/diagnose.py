@@ -487,11 +487,12 @@ def _waited_for(m: _Index, gpu: str, owner: str) -> list[str]:
     peers = sorted((g for (g, _), o in _owners(m).items() if o == owner and g != gpu), key=lambda i: _gpu_order((i, "")))
     out = []
     for peer in peers:
-        if m.value("gpuwait_gpu_straggler", gpu=peer) == 1:
-            out.append(f"GPU {peer}, the straggler (it computes longest)")
-            continue
         cause = next((l["cause"] for l, v in m.series("gpuwait_gpu_verdict", gpu=peer) if v == 1), "none")
-        if cause in WAIT_CAUSES and cause != "sync":
+        own_wait = cause in WAIT_CAUSES and cause != "sync"
+        if m.value("gpuwait_gpu_straggler", gpu=peer) == 1:
+            # The last to reach the barrier: it computes longest, or is held up by a wait of its own.
+            out.append(f"GPU {peer}, the straggler (the last at the barrier" + (f", itself waiting on {cause})" if own_wait else ")"))
+        elif own_wait:
             out.append(f"GPU {peer}, itself waiting on {cause}")
     return out
 

@@ -49,7 +49,7 @@ METRICS = (
                "1 when the link's bursts line up with the GPU's dips (correlation at or below -verdict.network.anticorrelation), else 0.",
                labels=GPU + ("link", "link_kind", "link_layer"), source=SOURCE, claims=("A10", "A11"), window=True),
     MetricSpec("gpuwait_gpu_straggler", "gauge",
-               "1 for the GPU its owner's other GPUs wait for at the barrier (it computes longest; where NCCL Inspector's records time its collectives, the rank whose collectives are shortest: the last to arrive), else 0.",
+               "1 for the GPU its owner's other GPUs wait for at the barrier, the last to reach it (it computes longest or waits on something of its own, which its verdict names; where NCCL Inspector's records time its collectives, the rank whose collectives are shortest), else 0.",
                labels=GPU, source=SOURCE, claims=("A12",), window=True),
     MetricSpec("gpuwait_gpu_collective_stalled", "gauge",
                "1 when the GPU sat in a collective that did not end for verdict.collective.stall-after: a kernel resident all along with few SMs active, its memory resting, no bytes over NVLink or PCIe and, where NCCL Inspector's dump is read, no operation completed; 0 otherwise; absent for a GPU without processes or a window too short to tell.",
