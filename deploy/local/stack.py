@@ -42,9 +42,23 @@ GRAFANA_PROVISIONING = HERE / "grafana" / "provisioning"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: each socket is held until all are chosen, since a port
+    let go can be handed out again by a later bind (two exporters on one port would answer
+    as one target)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            sockets.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def find_binary(*names: str) -> str:

@@ -67,3 +67,15 @@ def test_datasource_time_interval_is_the_scrape_interval():
     (ds,) = datasources["datasources"]
     assert ds["type"] == "prometheus" and ds["url"] == "http://prometheus:9090"
     assert ds["jsonData"]["timeInterval"] == prometheus["global"]["scrape_interval"]
+
+
+def test_ports_handed_out_together_are_distinct_and_free():
+    # A port let go can be handed out again by a later bind: the stack's exporters, given theirs
+    # one at a time, could share one and answer as a single target.
+    import socket
+
+    ports = stack.free_ports(64)
+    assert len(set(ports)) == 64
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))

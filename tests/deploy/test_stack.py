@@ -175,8 +175,13 @@ class Prometheus:
             if result:
                 return result
             if time.monotonic() > deadline:
-                raise AssertionError(f"no result within {timeout:.0f}s for {what or expr}")
+                raise AssertionError(f"no result within {timeout:.0f}s for {what or expr}; targets not up: {self.unhealthy()}")
             time.sleep(SCRAPE)
+
+    def unhealthy(self) -> list[tuple[str, str, str]]:
+        """(instance, health, last error) of each scrape target not up."""
+        targets = self._get("/api/v1/targets")["activeTargets"]
+        return [(t["labels"].get("instance", ""), t["health"], t.get("lastError", "")) for t in targets if t["health"] != "up"]
 
 
 class Stack:
@@ -184,7 +189,7 @@ class Stack:
         self.workdir = workdir
         self.logs = workdir / "logs"
         self.exporters: dict[str, stack_module.Process] = {}
-        self.ports = {name: stack_module.free_port() for name in FLEET}
+        self.ports = dict(zip(FLEET, stack_module.free_ports(len(FLEET))))
         self.instances = {name: f"127.0.0.1:{port}" for name, port in self.ports.items()}
         self.node_of = {v: k for k, v in self.instances.items()}
         self.processes: list[stack_module.Process] = []
