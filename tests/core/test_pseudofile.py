@@ -41,6 +41,7 @@ def test_a_second_read_of_a_blocked_file_fails_at_once_and_a_restored_file_is_re
     blocked = BlockedRead(fifo)
     blocked.start()
     wait_until(lambda: in_flight(fifo))
+    time.sleep(pseudofile.BLOCKED_AFTER_SECONDS)
     # Blocked in open: what the path names now is what it waits on.
     with pytest.raises(StillReading) as e:
         read_unless_hung(fifo)
@@ -72,3 +73,17 @@ def test_reads_that_fail_leave_nothing_behind(tmp_path):
         with pytest.raises(FileNotFoundError):
             read_unless_hung(missing)
     assert not in_flight(missing)
+
+
+def test_a_read_of_the_same_file_by_another_thread_just_begun_is_no_hang(tmp_path, monkeypatch):
+    # Two sources read one attribute at the same moment: the second is read, not refused.
+    path = tmp_path / "link_layer"
+    path.write_text("InfiniBand\n")
+    other = pseudofile._InFlight()
+    other.identity = pseudofile._identity(os.stat(path))
+    monkeypatch.setitem(pseudofile._in_flight, str(path), [other])
+    assert read_unless_hung(str(path)) == "InfiniBand\n"
+    # The same read still in flight after BLOCKED_AFTER_SECONDS is hung: refused at once.
+    other.started -= pseudofile.BLOCKED_AFTER_SECONDS
+    with pytest.raises(StillReading):
+        read_unless_hung(str(path))

@@ -17,7 +17,9 @@ Three ways to read, by what a failure means to the caller:
 any of which may hang in its driver (an HCA's counters are queried from its firmware): a
 file whose earlier read has not returned is not read again, which would only block one
 more thread, but reported at once as ``timeout:<path>``, so that after one hung read the
-source is back with everything but that file.
+source is back with everything but that file. A read counts as hung once it has been in
+flight for BLOCKED_AFTER_SECONDS: two sources (or tiers) may read the same attribute at the
+same moment, and the one that comes second is not waiting on a hung driver.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 
 from gpuwait.core.errors import SourceError
 
@@ -65,11 +68,17 @@ class StillReading(OSError):
         super().__init__(errno.ETIMEDOUT, "an earlier read of this file has not returned", path)
 
 
+#: A read of a sysfs attribute in flight this long is blocked in its driver: a firmware query
+#: answers in milliseconds, and the fastest tier reads every 0.1 s.
+BLOCKED_AFTER_SECONDS = 1.0
+
+
 class _InFlight:
-    __slots__ = ("fd", "identity")
+    __slots__ = ("fd", "identity", "started")
 
     def __init__(self) -> None:
         self.fd: int | None = None
+        self.started = time.monotonic()
         #: (st_dev, st_ino) of what it reads, worked out only once a second read comes.
         self.identity: tuple[int, int] | None = None
 
@@ -93,7 +102,10 @@ def read_unless_hung(path: str, limit: int | None = None) -> str:
                 now = _identity(os.stat(path))
             except OSError:
                 now = None
+            now_t = time.monotonic()
             for reading in earlier:
+                if now_t - reading.started < BLOCKED_AFTER_SECONDS:
+                    continue  # another thread's read of the same file, not a hung one
                 if reading.identity is None:
                     # Blocked in read: its descriptor says what; blocked in open (a FIFO, an
                     # automount): what the path names now is what it waits on.
