@@ -495,7 +495,7 @@ def test_a_hung_read_takes_the_source_down_withdraws_its_series_and_recovers(mon
         assert not state.up and state.snapshot().reading is None and state.snapshot().stats is None
         assert state.errors >= 1
         assert any("stale" in r for r in sampler.not_ready())
-        assert any("timeout" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+        assert wait_for(lambda: any("timeout" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING), 5.0)
         reads_before = healthy.reads
         assert wait_for(lambda: healthy.reads > reads_before + 5), "the other sources go on"
         # Retries are spaced out: a file that never answers holds a few threads, not one per slot.
@@ -506,7 +506,8 @@ def test_a_hung_read_takes_the_source_down_withdraws_its_series_and_recovers(mon
         hanging.hang.clear()
         assert wait_for(lambda: state.up and not state.timed_out, 15.0), "the source must recover on a retry"
         assert state.latest is not None and not sampler.not_ready()
-        assert any("recovered from timeout" in r.getMessage() for r in caplog.records)
+        # Logged just after the state that brings the source back is published.
+        assert wait_for(lambda: any("recovered from timeout" in r.getMessage() for r in caplog.records), 5.0)
     finally:
         hanging.release.set()
         sampler.stop(timeout=3.0)
