@@ -1,6 +1,9 @@
 """How fast the verdict follows a change: on the evaluation set's onset scenarios, the time
 from the instant a mechanism begins to the first verdict its truth accepts, and to the verdict
-that then holds to the end of the trace.
+that then holds to the end of the trace; and the same counted from the GPU's impact, the
+first second the model shows the GPU waiting more (or computing at reduced clocks) than
+before the onset, which comes later where a buffer stands between the mechanism and the GPU
+(a data loader's prepared batches).
 
     python3 bench/time_to_verdict.py [--jobs 2] [--scenario NAME,...] [--seed N] [--json OUT]
 
@@ -44,7 +47,8 @@ def run_one(task: tuple[str, str]) -> dict:
     except ValueError as e:
         return {"scenario": name, "error": str(e)}
     onset = truth["onset_seconds"]
-    rows = [follow(g["gpu"], series.get(g["gpu"], []), onset, g["before"]["expected"], g["after"]["expected"])
+    rows = [follow(g["gpu"], series.get(g["gpu"], []), onset, g["before"]["expected"], g["after"]["expected"],
+                   g.get("impact_seconds", 0.0))
             for g in truth["gpus"]]
     return {"scenario": name, "onset": onset, "window": truth["windows"]["after"], "gpus": [r.to_json() for r in rows]}
 
@@ -58,8 +62,8 @@ def followed_of(result: dict) -> list[Followed]:
 
 
 def render(results: list[dict], window: float) -> tuple[str, dict]:
-    lines = [f"{'scenario':30s} {'gpu':>3s} {'at onset':>20s} {'truth after':>20s} {'first':>6s} {'settled':>7s}  "
-             "wrong verdicts after the onset (passes)"]
+    lines = [f"{'scenario':30s} {'gpu':>3s} {'at onset':>20s} {'truth after':>20s} {'impact':>6s} {'first':>6s} "
+             f"{'settled':>7s}  wrong verdicts after the onset (passes)"]
     every: list[Followed] = []
     by_cause: dict[str, list[Followed]] = {}
     bystanders = {"gpus": 0, "wrong_passes": 0}
@@ -72,6 +76,7 @@ def render(results: list[dict], window: float) -> tuple[str, dict]:
             mark = "" if f.before_right else " (x)"
             wrong = ", ".join(f"{v} {n}" for v, n in sorted(f.wrong_after.items()))
             lines.append(f"{r['scenario']:30s} {f.gpu:>3d} {(f.at_onset or '-') + mark:>20s} {f.after:>20s} "
+                         f"{fmt_seconds(f.impact) if f.changes else '':>6s} "
                          f"{fmt_seconds(f.first_right) if f.changes else '':>6s} "
                          f"{fmt_seconds(f.settled) if f.changes else '':>7s}  {wrong}")
             if f.changes:
@@ -82,16 +87,23 @@ def render(results: list[dict], window: float) -> tuple[str, dict]:
 
     def ratio(x):
         return "-" if x is None else f"{x / window:.2f}"
-    lines += ["", f"{'truth after the onset':24s} {'gpus':>5s} {'never':>6s} {'first med':>10s} {'p90':>7s} "
-                  f"{'<=' + str(int(PROMPT_SECONDS)) + ' s':>7s} {'settled med':>12s} {'p90':>7s} {'med/window':>11s}"]
-    per_cause = {}
-    for cause, rows in sorted(by_cause.items()) + [("all", [f for f in every if f.changes])]:
-        first, settled = delays(rows, "first_right"), delays(rows, "settled")
-        per_cause[cause] = {"first_right": first, "settled": settled}
-        share = "-" if first["within_share"] is None else f"{100 * first['within_share']:.0f}%"
-        lines.append(f"{cause:24s} {first['gpus']:>5d} {first['never']:>6d} {fmt_seconds(first['median_seconds']):>10s} "
-                     f"{fmt_seconds(first['p90_seconds']):>7s} {share:>7s} {fmt_seconds(settled['median_seconds']):>12s} "
-                     f"{fmt_seconds(settled['p90_seconds']):>7s} {ratio(first['median_seconds']):>11s}")
+
+    def share(d):
+        return "-" if d["within_share"] is None else f"{100 * d['within_share']:.0f}%"
+    per_cause: dict[str, dict] = {}
+    for since, first_key, settled_key in (("the onset", "first_right", "settled"),
+                                          ("the impact", "first_right_after_impact", "settled_after_impact")):
+        lines += ["", f"{'counted from ' + since:24s} {'gpus':>5s} {'never':>6s} {'first med':>10s} {'p90':>7s} "
+                      f"{'<=' + str(int(PROMPT_SECONDS)) + ' s':>7s} {'settled med':>12s} {'p90':>7s} "
+                      f"{'<=' + str(int(PROMPT_SECONDS)) + ' s':>7s} {'med/window':>11s}"]
+        for cause, rows in sorted(by_cause.items()) + [("all", [f for f in every if f.changes])]:
+            first, settled = delays(rows, first_key), delays(rows, settled_key)
+            per_cause.setdefault(cause, {}).update({first_key: first, settled_key: settled})
+            lines.append(f"{cause:24s} {first['gpus']:>5d} {first['never']:>6d} "
+                         f"{fmt_seconds(first['median_seconds']):>10s} {fmt_seconds(first['p90_seconds']):>7s} "
+                         f"{share(first):>7s} {fmt_seconds(settled['median_seconds']):>12s} "
+                         f"{fmt_seconds(settled['p90_seconds']):>7s} {share(settled):>7s} "
+                         f"{ratio(first['median_seconds']):>11s}")
     lines.append(f"GPUs whose truth does not change: {bystanders['gpus']}, wrong verdicts after the onset: "
                  f"{bystanders['wrong_passes']} passes")
     lines.append(f"reference: analysis window {window:.0f} s")

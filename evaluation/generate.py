@@ -42,7 +42,7 @@ def generate(scenario: Scenario, out_dir: str, seed: int = 1, fmt: TraceFormat =
     os.makedirs(out_dir, exist_ok=True)
     trace = os.path.join(out_dir, f"{scenario.name}.jsonl.gz")
     recorder = Recorder(node, trace, scenario.name, seed, fmt, start=WARMUP)
-    meter = Meter(node, windows)
+    meter = Meter(node, windows, onset=at if scenario.kind == "onset" else None)
     while node.t < end - 1e-9:
         node.step()
         if node.t >= WARMUP:
@@ -78,6 +78,7 @@ def generate(scenario: Scenario, out_dir: str, seed: int = 1, fmt: TraceFormat =
         if scenario.kind == "onset":
             for label, table, w in (("before", built.before, meter.windows[0]), ("after", built.truth, meter.windows[1])):
                 entry[label] = _entry(table[g.index], meter.physics(w, g.index))
+            entry["impact_seconds"] = meter.impact(g.index, entry["before"]["physics"], entry["after"]["physics"])
         else:
             entry.update(_entry(built.truth[g.index], meter.physics(meter.windows[0], g.index)))
         gpus.append(entry)

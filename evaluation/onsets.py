@@ -1,6 +1,8 @@
 """How the verdict follows an onset: from a GPU's verdict after every analysis pass, the
 verdict it had when the mechanism began, how long after it the verdict first became one the
-truth accepts, and when it settled there for good."""
+truth accepts, and when it settled there for good; each delay counted from the mechanism's
+onset and from the GPU's impact, the first second the model shows the GPU affected (see
+``truth.Meter.impact``): a mechanism behind a buffer reaches the GPU later than it begins."""
 
 from __future__ import annotations
 
@@ -29,6 +31,16 @@ class Followed:
     final: str | None
     #: verdicts given after the onset that the truth after it does not accept, with their counts
     wrong_after: dict[str, int] = field(default_factory=dict)
+    #: seconds from the onset to the GPU's first affected second; None: never affected
+    impact: float | None = 0.0
+
+    @property
+    def first_right_after_impact(self) -> float | None:
+        return _since(self.first_right, self.impact)
+
+    @property
+    def settled_after_impact(self) -> float | None:
+        return _since(self.settled, self.impact)
 
     @property
     def changes(self) -> bool:
@@ -39,7 +51,16 @@ class Followed:
         return {**asdict(self), "changes": self.changes}
 
 
-def follow(gpu: int, series: list[tuple[float, str]], onset: float, before: str, after: str) -> Followed:
+def _since(delay: float | None, impact: float | None) -> float | None:
+    """A delay from the onset counted from the impact instead; a verdict already right at the
+    impact is right at once. A GPU never affected keeps the delay from the onset."""
+    if delay is None or impact is None:
+        return delay
+    return max(0.0, delay - impact)
+
+
+def follow(gpu: int, series: list[tuple[float, str]], onset: float, before: str, after: str,
+           impact: float | None = 0.0) -> Followed:
     pre = [v for t, v in series if t <= onset]
     post = [(t, v) for t, v in series if t > onset]
     at_onset = pre[-1] if pre else None
@@ -57,7 +78,7 @@ def follow(gpu: int, series: list[tuple[float, str]], onset: float, before: str,
         if not accepted(after, v):
             wrong[v] = wrong.get(v, 0) + 1
     return Followed(gpu, before, after, at_onset, at_onset is not None and accepted(before, at_onset), first, settled,
-                    post[-1][1] if post else None, wrong)
+                    post[-1][1] if post else None, wrong, impact)
 
 
 def percentile(values: list[float | None], q: float) -> float | None:

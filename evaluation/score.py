@@ -131,7 +131,8 @@ def score(scenarios: list[Scenario], truths: dict[str, dict], results: dict[str,
             if not good:
                 row["misses"].append(f"GPU{gpu} {expected}->{got}")
             if s.kind == "onset" and "series" in result:
-                f = follow(gpu, result["series"].get(gpu, []), truth["onset_seconds"], g["before"]["expected"], expected)
+                f = follow(gpu, result["series"].get(gpu, []), truth["onset_seconds"], g["before"]["expected"], expected,
+                           g.get("impact_seconds", 0.0))
                 before.add(f.before, f.at_onset or "missing", confusion=False)
                 followed.append(f)
                 row.setdefault("onset", []).append(f.to_json())
@@ -139,7 +140,9 @@ def score(scenarios: list[Scenario], truths: dict[str, dict], results: dict[str,
     return {"rows": rows, "confusion": overall.confusion, "all": overall.to_json(), "steady": steady.to_json(),
             "onset_end": onset_end.to_json(), "onset_before": before.to_json(),
             "time_to_right_verdict": delays(followed, "first_right"),
-            "time_to_settled_verdict": delays(followed, "settled")}
+            "time_to_settled_verdict": delays(followed, "settled"),
+            "time_from_impact_to_right_verdict": delays(followed, "first_right_after_impact"),
+            "time_from_impact_to_settled_verdict": delays(followed, "settled_after_impact")}
 
 
 SHORT = {"data_pipeline": "data", "storage": "storage", "host_transfer": "h2d", "network": "network", "sync": "sync",
@@ -164,6 +167,7 @@ def render(summary: dict) -> str:
         lines.append(f"{expected:28s}" + "".join(f"{cells.get(c, 0) or '.':>8}" for c in cols))
     a, st, oe, ob = summary["all"], summary["steady"], summary["onset_end"], summary["onset_before"]
     ttv, settled = summary["time_to_right_verdict"], summary["time_to_settled_verdict"]
+    hit, hit_settled = summary["time_from_impact_to_right_verdict"], summary["time_from_impact_to_settled_verdict"]
 
     def pct(x):
         return "-" if x is None else f"{100 * x:.0f}%"
@@ -178,6 +182,10 @@ def render(summary: dict) -> str:
         f"within {PROMPT_SECONDS:.0f} s {pct(ttv['within_share'])}, never {ttv['never']}",
         f"time from onset to the settled verdict: median {fmt_seconds(settled['median_seconds'])}, "
         f"p90 {fmt_seconds(settled['p90_seconds'])}, within {PROMPT_SECONDS:.0f} s {pct(settled['within_share'])}",
+        f"the same from the GPU's first affected second: right median {fmt_seconds(hit['median_seconds'])}, "
+        f"p90 {fmt_seconds(hit['p90_seconds'])}, within {PROMPT_SECONDS:.0f} s {pct(hit['within_share'])}; settled "
+        f"median {fmt_seconds(hit_settled['median_seconds'])}, p90 {fmt_seconds(hit_settled['p90_seconds'])}, "
+        f"within {PROMPT_SECONDS:.0f} s {pct(hit_settled['within_share'])}",
     ]
     return "\n".join(lines)
 

@@ -15,6 +15,10 @@ WINDOW = 60.0
 #: a driver sample below this is an idle one (the exporter's own default is not used here:
 #: 5 % is the conventional "the GPU did essentially nothing" mark)
 IDLE_SAMPLE = 0.05
+#: the share of a second by which a GPU's waiting (or its time at reduced clocks) must exceed
+#: the healthy window's before it counts as affected: a twentieth, a third of the least idle
+#: share an operator would act on, so an impact is found early rather than late
+IMPACT_SHARE = 0.05
 
 
 @dataclass
@@ -55,11 +59,16 @@ class Window:
 
 
 class Meter:
-    """Watches the model during the scored windows."""
+    """Watches the model during the scored windows, and after an onset second by second."""
 
-    def __init__(self, node, windows: list[tuple[str, float, float]]) -> None:
+    def __init__(self, node, windows: list[tuple[str, float, float]], onset: float | None = None) -> None:
         self.node = node
         self.windows = [Window(n, s, e) for n, s, e in windows]
+        self.onset = onset
+        #: per GPU, at the onset and each whole second after it: (its owner's time per phase,
+        #: the GPU's time busy at reduced clocks), both cumulative
+        self.seconds: dict[int, list[tuple[dict[str, float], float]]] = {g.index: [] for g in node.gpus}
+        self._reduced = {g.index: 0.0 for g in node.gpus}
         self.owner_of: dict[int, object] = {}
         for job in node.jobs:
             if isinstance(job, TrainingJob):
@@ -85,6 +94,13 @@ class Meter:
         for g in node.gpus:
             fresh[g.index] = g.samples_since(self._seen[g.index])
             self._seen[g.index] = g.sample_count
+            if g.step_busy > 0 and g.clock_factor < 0.995:
+                self._reduced[g.index] += g.step_busy
+        if self.onset is not None and t_end > self.onset - dt / 2:
+            k = round(t_end - self.onset)
+            if abs(t_end - (self.onset + k)) < dt / 2:
+                for g in node.gpus:
+                    self.seconds[g.index].append((self._phases(g.index), self._reduced[g.index]))
         for w in self.windows:
             if abs(t_end - w.start) < dt / 2:
                 w.phase_start = {g.index: self._phases(g.index) for g in node.gpus}
@@ -183,6 +199,32 @@ class Meter:
             "sm_active": round(w.sm.get(gpu_index, 0.0) / span, 4),
             "clock_reduced_share": round(w.throttled.get(gpu_index, 0.0) / span, 4),
         }
+
+    def impact(self, gpu_index: int, before: dict, after: dict) -> float | None:
+        """Seconds from the onset to the first second in which the GPU is affected: its owner
+        waits in the phases that take more of its time after the onset than before it (the
+        two windows' time budgets), or the GPU computes at reduced clocks, for IMPACT_SHARE of
+        the second more than in the window before the onset. A mechanism is not felt by the
+        GPU at once where something buffers it (batches a data loader has already prepared, a
+        temperature that takes time to rise): the verdict, which names what the GPU waits
+        for, can only follow from then on. 0 where the model shows no such phase (the
+        mechanism is felt at once); None when the GPU is never affected."""
+        b, a = before["time_budget"], after["time_budget"]
+        growing = [p for p, share in a.items() if p not in ("compute", "no_process") and share > b.get(p, 0.0)]
+        waited_before = sum(b.get(p, 0.0) for p in growing)
+        reduced_before = before["clock_reduced_share"]
+        reduced_grows = after["clock_reduced_share"] > reduced_before
+        if not growing and not reduced_grows:
+            return 0.0
+        marks = self.seconds[gpu_index]
+        for k in range(len(marks) - 1):
+            (p0, r0), (p1, r1) = marks[k], marks[k + 1]
+            waited = sum(p1.get(p, 0.0) - p0.get(p, 0.0) for p in growing)
+            if growing and waited - waited_before >= IMPACT_SHARE:
+                return float(k)
+            if reduced_grows and (r1 - r0) - reduced_before >= IMPACT_SHARE:
+                return float(k)
+        return None
 
     def feeders(self, w: Window) -> dict[str, dict[str, float]]:
         out = {}

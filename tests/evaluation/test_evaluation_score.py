@@ -54,6 +54,18 @@ def test_follow_measures_the_first_and_the_settled_verdict():
     assert f.wrong_after == {"data_pipeline": 1, "none": 1}
     never = follow(1, series, 10.0, "none", "network")
     assert never.first_right is None and never.settled is None
+    assert never.first_right_after_impact is None
+
+
+def test_delays_counted_from_the_impact():
+    series = [(t, "none") for t in range(1, 11)] + [(t, "storage") for t in range(11, 40)]
+    late = follow(0, series, 10.0, "none", "storage", impact=20.0)
+    assert (late.first_right, late.first_right_after_impact, late.settled_after_impact) == (1.0, 0.0, 0.0)
+    soon = follow(0, series[:10] + [(t, "none") for t in range(11, 30)] + [(t, "storage") for t in range(30, 40)],
+                  10.0, "none", "storage", impact=5.0)
+    assert (soon.first_right, soon.first_right_after_impact) == (20.0, 15.0)
+    unaffected = follow(0, series, 10.0, "none", "storage", impact=None)
+    assert unaffected.first_right_after_impact == unaffected.first_right == 1.0
     assert percentile([1.0, None, 3.0, 2.0], 0.5) == 2.0 and percentile([1.0, None], 0.9) is None
 
 

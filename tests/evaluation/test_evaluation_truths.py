@@ -1,11 +1,13 @@
 """Every GPU of every scenario has an argued, cited truth, and the set covers every cause
 with steady and onset scenarios."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from evaluation.scenarios import all_scenarios, check_failures, select
 from evaluation.sources import CITATIONS
-from evaluation.truth import VERDICTS
+from evaluation.truth import VERDICTS, Meter
 
 SCENARIOS = sorted(all_scenarios())
 
@@ -53,6 +55,53 @@ def test_the_truth_file_has_every_gpu_with_its_physics(short_runs):
     assert 0 < onset["onset_seconds"] < onset["duration_seconds"]
     for g in onset["gpus"]:
         assert g["before"]["expected"] == "none" and g["after"]["expected"] in ("sync", "none")
+
+
+def _physics(budget, reduced=0.0):
+    return {"time_budget": budget, "clock_reduced_share": reduced}
+
+
+def _meter_with(marks):
+    meter = Meter(SimpleNamespace(jobs=[], gpus=[SimpleNamespace(index=0)]), [], onset=10.0)
+    meter.seconds[0] = marks
+    return meter
+
+
+def test_the_impact_is_the_first_second_the_gpu_waits_more_than_before():
+    # healthy: 2 % of each second loading data; from the third second after the onset 30 %
+    waits = [0.02, 0.02, 0.30, 0.30, 0.30]
+    marks, data = [({"compute": 0.0, "data": 0.0}, 0.0)], 0.0
+    for w in waits:
+        data += w
+        marks.append(({"data": data}, 0.0))
+    meter = _meter_with(marks)
+    before, after = _physics({"compute": 0.98, "data": 0.02}), _physics({"compute": 0.7, "data": 0.3})
+    assert meter.impact(0, before, after) == 2.0
+    # a phase that takes less of the GPU's time after the onset is no impact
+    assert meter.impact(0, after, before) == 0.0
+    # a phase that grows in the window but never by a twentieth of a second within one
+    crawl = [({"data": 0.03 * k}, 0.0) for k in range(6)]
+    assert _meter_with(crawl).impact(0, before, after) is None
+
+
+def test_reduced_clocks_are_an_impact_though_no_wait_grows():
+    marks = [({"compute": float(k)}, r) for k, r in enumerate((0.0, 0.0, 0.01, 0.5, 1.5))]
+    meter = _meter_with(marks)
+    before, after = _physics({"compute": 1.0}), _physics({"compute": 1.0}, reduced=0.9)
+    assert meter.impact(0, before, after) == 2.0
+    assert meter.impact(0, before, before) == 0.0
+
+
+def test_a_loaders_prepared_batches_delay_the_impact_of_page_cache_eviction(short_runs):
+    # 24 workers with 2 batches in flight each hold up to 48 prepared batches; after the
+    # eviction the disk delivers about 2 batches/s of the 4 the GPUs consume, so the GPUs go on
+    # computing for 48 / 2 = 24 s, less what was still in flight at the onset
+    scenario = select("onset_page_cache_eviction")[0]
+    _, truth = short_runs("onset_page_cache_eviction", duration=scenario.duration, onset=scenario.onset)
+    impacts = {g["impact_seconds"] for g in truth["gpus"]}
+    assert all(15.0 <= i <= 30.0 for i in impacts), impacts
+    _, capped = short_runs("onset_power_cap_lowered", duration=40.0, onset=20.0)
+    assert {g["impact_seconds"] for g in capped["gpus"]} == {0.0}
 
 
 def test_a_failed_physics_check_is_reported(short_runs):
