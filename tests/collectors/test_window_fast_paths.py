@@ -4,6 +4,7 @@ mix of steady counters, resets, missing reads, clocks that stall, wraps and stuc
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -14,6 +15,7 @@ from gpuwait.collectors.netdev import window as netdev_window
 from gpuwait.collectors.pressure import window as pressure_window
 from gpuwait.collectors.rdma import window as rdma_window
 from gpuwait.collectors.rdma.window import LEGACY_COUNTER_MAX
+from gpuwait.core import series
 from gpuwait.core.ring import ColumnRing, WindowView
 
 #: A counter's step: forward by a little or a lot, a reset, a missing read, standing still.
@@ -79,10 +81,23 @@ def _as_lists(view: WindowView) -> WindowView:
     return WindowView(list(view.times), {key: list(view.columns[key]) for key in view.columns})
 
 
+def _same(got, want, name: str = "") -> None:
+    if dataclasses.is_dataclass(got):
+        assert type(got) is type(want)
+        for f in dataclasses.fields(got):
+            _same(getattr(got, f.name), getattr(want, f.name), f.name)
+    elif isinstance(got, dict):
+        assert got.keys() == want.keys()
+        for k in got:
+            _same(got[k], want[k], name)
+    else:
+        # repr: a NaN, were one to appear, is equal to itself there.
+        assert repr(got) == repr(want), (name, got, want)
+
+
 def _check(collector: str, view: WindowView) -> None:
     summarize = SUMMARIZE[collector]
-    # repr: a NaN, were one to appear, is equal to itself there.
-    assert repr(summarize(view, None)) == repr(summarize(_as_lists(view), None))
+    _same(summarize(view, None), summarize(_as_lists(view), None))
 
 
 @pytest.mark.parametrize("collector", sorted(SUMMARIZE))
@@ -100,5 +115,58 @@ def test_a_steady_window_takes_the_fast_path_and_still_finds_the_peak():
     view = ring.view()
     assert all(view.steady(key) for key in KEYS["netdev"])
     stats = netdev_window.summarize(view, None)
-    assert stats == netdev_window.summarize(_as_lists(view), None)
+    _same(stats, netdev_window.summarize(_as_lists(view), None))
     assert math.isclose(stats.receive["eth0"].max_bytes_per_second, 60000.0)
+
+
+@hypothesis_settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_the_running_account_follows_the_window_pass_after_pass(data):
+    """The peak and burstiness kept from pass to pass equal, to the bit, those of the window's
+    rates at every pass: views taken after every few appends (or after more than the ring holds),
+    over the whole ring or its newest rows, with breaks in the counter that restart the
+    account, and rates from bursts of 1e9 to quiet steps of 1e-3."""
+    ring = ColumnRing(data.draw(st.integers(2, 40)))
+    key = ("receive", "eth0")
+    t, value = 0.0, 0.0
+    rnd = data.draw(st.randoms(use_true_random=False))
+    for _ in range(data.draw(st.integers(1, 60))):
+        for _ in range(rnd.choice((1, 2, 3, 10, 50))):
+            t += rnd.uniform(0.05, 0.15)
+            kind = rnd.random()
+            if kind < 0.02:
+                value = 0.0  # a reset
+            elif kind < 0.1:
+                pass  # standing still
+            else:
+                value += rnd.uniform(0, 1e-3) if kind < 0.5 else rnd.uniform(0, 1e9)
+            ring.append(t, {key: value})
+        view = ring.view(since=t - rnd.choice([1e9, 1e9, 1.0, 0.3]))
+        peak, bursts = view.rate_shape(key)
+        rates = view.interval_rates(key)
+        assert repr((peak, bursts)) == repr((series.maximum(rates), series.burstiness(rates)))
+
+
+def test_a_steady_counters_account_is_kept_and_not_recomputed():
+    ring = ColumnRing(601)
+    key = ("receive", "eth0")
+    value = 0.0
+
+    def rows(n):
+        nonlocal value
+        for _ in range(n):
+            value += 1000.0 + (50000.0 if len(ring) % 10 == 0 else 0.0)
+            ring.append(0.1 * ring._appended, {key: value})
+    rows(700)
+    view = ring.view()
+    assert view.steady(key)
+    view.rate_shape(key)
+    shape = ring._shapes[key]
+    assert len(shape._rates) == 600
+    kept = shape._rates
+    rows(10)
+    view = ring.view()
+    peak, bursts = view.rate_shape(key)
+    # the next pass kept the account and its buffer, and took in the ten new intervals
+    assert ring._shapes[key] is shape and shape._rates is kept and len(kept) == 600 and shape._next == shape._start + 600
+    assert (peak, bursts) == (series.maximum(view.interval_rates(key)), series.burstiness(view.interval_rates(key)))

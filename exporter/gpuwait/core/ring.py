@@ -14,7 +14,9 @@ so a pass over a 192-core window costs O(columns), not O(rows × columns).
 Rows never change once written, so what an analysis computes from a pair of consecutive rows
 stays true while both are held: a view numbers its rows for the ring's life (``first_row``)
 and lends the analyses a memo of per-interval results (``interval_memo``), so that each pass
-computes only the intervals that are new since the last.
+computes only the intervals that are new since the last. A steady counter's interval rates and
+their running maximum are kept the same way (``WindowView.rate_shape``): each pass adds the
+new intervals and drops those that left the window.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from __future__ import annotations
 import math
 import operator
 from array import array
+from collections import deque
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import NamedTuple
 
-from gpuwait.core.series import interval_rates, total_increase
+from gpuwait.core.series import burstiness, interval_rates, maximum, total_increase
 
 NAN = math.nan
 
@@ -79,11 +82,12 @@ class WindowView:
     plain lists has none and computes every statistic from the rows.
     """
 
-    __slots__ = ("times", "columns", "first_row", "_steady", "_memo", "_intervals")
+    __slots__ = ("times", "columns", "first_row", "_steady", "_memo", "_intervals", "_shapes")
 
     def __init__(self, times: list[float], columns: Mapping[Hashable, list[float]],
                  steady: Mapping[Hashable, tuple[float, float]] | None = None,
-                 first_row: int = 0, memo: dict[Hashable, dict[int, object]] | None = None) -> None:
+                 first_row: int = 0, memo: dict[Hashable, dict[int, object]] | None = None,
+                 shapes: dict[Hashable, RateShape] | None = None) -> None:
         self.times = times
         self.columns = columns
         #: The number of the view's first row among every row its ring was ever given.
@@ -91,6 +95,7 @@ class WindowView:
         self._steady = steady or {}
         self._memo = memo
         self._intervals: list[float] | None = None
+        self._shapes = shapes
 
     def __len__(self) -> int:
         return len(self.times)
@@ -133,6 +138,37 @@ class WindowView:
         values = self.values(key)
         return list(map(operator.truediv, map(operator.sub, islice(values, 1, None), values), self._intervals))
 
+    def rate_peak(self, key: Hashable, modulus: float | None = None) -> float | None:
+        """``series.maximum`` of the column's interval rates (see ``rate_shape``)."""
+        shape = self._account(key)
+        return shape.peak() if shape is not None else maximum(self.interval_rates(key, modulus))
+
+    def rate_shape(self, key: Hashable, modulus: float | None = None) -> tuple[float | None, float | None]:
+        """(``series.maximum``, ``series.burstiness``) of the column's interval rates. For a
+        steady column of a ring's view, from the ring's running account of the intervals
+        (``RateShape``): each pass computes the rates of the intervals new since the last,
+        not the window's."""
+        shape = self._account(key)
+        if shape is not None:
+            return shape.peak(), shape.burstiness()
+        rates = self.interval_rates(key, modulus)
+        return maximum(rates), burstiness(rates)
+
+    def _account(self, key: Hashable) -> RateShape | None:
+        """The ring's account of a steady column's rates, brought up to this view; None for a
+        column that is not steady (its account starts again once it is) or a view of lists."""
+        shapes = self._shapes
+        if shapes is None:
+            return None
+        if key not in self._steady:
+            shapes.pop(key, None)
+            return None
+        shape = shapes.get(key)
+        if shape is None:
+            shape = shapes[key] = RateShape()
+        shape.follow(self.times, self.values(key), self.first_row)
+        return shape
+
     def interval_memo(self, name: Hashable) -> dict[int, object] | None:
         """The ring's memo ``name``: results per interval, keyed by the number of the
         interval's first row (``first_row + j`` for the interval from row j to row j + 1),
@@ -163,6 +199,55 @@ class WindowView:
 MAX_MEMOS = 16
 
 
+class RateShape:
+    """The interval rates of one steady counter over the intervals its ring still holds,
+    numbered by each interval's first row, and their running maximum. Only the analysis
+    thread uses it, through ``WindowView.rate_shape``.
+
+    A pass computes the rates of the new intervals only and drops those that left; a rate is
+    the subtraction and division ``interval_rates`` makes and the burstiness is
+    ``series.burstiness`` of the rates held, so both statistics are the same to the bit as
+    those computed from the whole window."""
+
+    __slots__ = ("_rates", "_peaks", "_start", "_next")
+
+    def __init__(self) -> None:
+        #: the rates of intervals _start to _next - 1, in a flat buffer (8 bytes a rate, where a
+        #: float object and its slot would take 32, for every rate series of the node)
+        self._rates = array("d")
+        #: the rates that are the largest from their place on, oldest first: the first is the peak
+        self._peaks: deque[tuple[int, float]] = deque()
+        self._start = self._next = -1
+
+    def follow(self, times: Sequence[float], values: Sequence[float], first_row: int) -> None:
+        """Bring the account to a view of rows ``first_row`` onwards (``times``, ``values``)."""
+        last = first_row + len(times) - 2  # the view's last interval
+        if not self._start <= first_row <= self._next <= last + 1:
+            # The view starts before the account (the first pass, or a view over a longer
+            # span than the last), or intervals between the two were never taken in (a pause
+            # in the analysis longer than the window), or the view is older than the account.
+            self.__init__()
+            self._start = self._next = first_row
+        rates, peaks = self._rates, self._peaks
+        del rates[:first_row - self._start]
+        while peaks and peaks[0][0] < first_row:
+            peaks.popleft()
+        for j in range(self._next, last + 1):
+            i = j - first_row
+            rate = (values[i + 1] - values[i]) / (times[i + 1] - times[i])
+            rates.append(rate)
+            while peaks and peaks[-1][1] <= rate:
+                peaks.pop()
+            peaks.append((j, rate))
+        self._start, self._next = first_row, last + 1
+
+    def peak(self) -> float | None:
+        return self._peaks[0][1] if self._peaks else None
+
+    def burstiness(self) -> float | None:
+        return burstiness(self._rates)
+
+
 class ColumnRing:
     def __init__(self, capacity: int) -> None:
         if capacity < 2:
@@ -179,6 +264,7 @@ class ColumnRing:
         self._count = 0
         self._appended = 0  # rows ever written
         self._memo: dict[Hashable, dict[int, object]] = {}
+        self._shapes: dict[Hashable, RateShape] = {}
 
     def __len__(self) -> int:
         return self._count
@@ -244,7 +330,9 @@ class ColumnRing:
                     breaks -= self._cut_breaks(self._columns[key], first, start)
                 if not breaks:
                     steady[key] = (column[0], column[-1])
-        return WindowView(times, _Columns(arrays), steady, self._appended - count + start, self._memo)
+        for key in self._shapes.keys() - self._columns.keys():
+            del self._shapes[key]
+        return WindowView(times, _Columns(arrays), steady, self._appended - count + start, self._memo, self._shapes)
 
     def _cut_breaks(self, buffer: array, first: int, start: int, forward=operator.le) -> int:
         """Breaks among the pairs of the ``start`` oldest rows and their successors, which a

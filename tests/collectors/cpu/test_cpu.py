@@ -12,7 +12,7 @@ from conftest import HOST_TREE
 from fuzz import examples, only_parse_errors, texts
 from gpuwait.collectors import cpu
 from gpuwait.collectors.cpu import window
-from gpuwait.collectors.cpu.parse import CPU_MODES, parse_proc_stat
+from gpuwait.collectors.cpu.parse import CPU_MODES, core_seconds, parse_proc_stat
 from gpuwait.collectors.cpu.payload import CpuData
 from gpuwait.collectors.cpu.source import EXPORTED_MODES, CpuSource
 from gpuwait.core.config import Settings
@@ -95,6 +95,46 @@ def test_any_single_line_corruption_loses_at_most_that_lines_series(data):
     assert set(full.cpus) - set(stat.cpus) <= claimed
     for name in (set(full.cpus) & set(stat.cpus)) - claimed:
         assert stat.cpus[name] == full.cpus[name]
+
+
+def _careful(text: str, ticks_per_second: float = 100.0):
+    """What the careful parser and the conversion of ticks give for ``text``."""
+    stat = parse_proc_stat(text)
+    cores = {cpu: {mode: ticks / ticks_per_second for mode, ticks in zip(EXPORTED_MODES, modes.values())}
+             for cpu, modes in stat.cpus.items() if cpu != "cpu"}
+    return cores, stat.procs_running, stat.procs_blocked, stat.bad_lines
+
+
+def test_the_single_pass_reads_the_usual_file_as_the_careful_parser_does():
+    for text in (FIXTURE_STAT, "cpu  10 0 5 100\ncpu0 10 0 5 100\n",
+                 "cpu0 1 2 3 4 5 6 7 8 9 10 11 12\nprocs_running 7\n"):
+        cores, running, blocked, bad = _careful(text, 250)
+        assert bad == () and core_seconds(text, EXPORTED_MODES, 250) == (cores, running, blocked)
+
+
+@pytest.mark.parametrize("text", [
+    "cpu0 1 2 -3 4\n", "cpu0 1 2 x 4\n", "cpu0 1 2 3\n", "cpuX 1 2 3 4\n", "cpu0 1 2 3 4\ncpu0 1 2 3 4\n",
+    "cpu0 1 2 3 4\nprocs_running\n", "cpu0 1 2 3 4\nprocs_blocked 1 2\n", "intr 1 2\n", "",
+    "cpu 1 2\ncpu0 1 2 3 4\n", "cpu 1 2 3 4\ncpu 1 2 3 4\ncpu0 1 2 3 4\n", "cpu0 1 2 3 4 5 6 7 8 9 x\n",
+    "cpu0 1 2 3 4 5 6 7 8 x\n", "cpu0 1 2 3 4 5 6 7 8 +9\n",
+    "cpu0 1 2 3 4\nctxt many\n",
+])
+def test_the_single_pass_leaves_every_unusual_file_to_the_careful_parser(text):
+    assert core_seconds(text, EXPORTED_MODES, 100) is None
+
+
+@hypothesis_settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_the_single_pass_never_differs_from_the_careful_parser(data):
+    lines = FIXTURE_STAT.splitlines()
+    index = data.draw(st.integers(0, len(lines) - 1))
+    lines[index] = data.draw(st.text(st.characters(codec="ascii", exclude_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85"), max_size=40))
+    text = "\n".join(lines)
+    fast = core_seconds(text, EXPORTED_MODES, 100)
+    if fast is not None:
+        cores, running, blocked, bad = _careful(text)
+        assert bad == ()
+        assert fast == (cores, running, blocked)
 
 
 # -- source ----------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
+from operator import truediv
 
 from gpuwait.core.errors import ParseError
 
@@ -62,7 +64,7 @@ def parse_proc_stat(text: str) -> ProcStat:
                 del cpus[name]
                 continue
             cpus[name] = ticks
-        elif key in ("procs_running", "procs_blocked", "ctxt", "btime"):
+        elif key in _SINGLE_FIELDS:
             value = parts[1] if len(parts) == 2 else ""
             if not (value.isascii() and value.isdigit()):
                 bad.append((key, f"line {lineno}: {key} should have one integer value"))
@@ -78,3 +80,59 @@ def parse_proc_stat(text: str) -> ProcStat:
         boot_time=fields.get("btime"),
         bad_lines=tuple(bad),
     )
+
+
+#: The columns of a cpu line the careful parser requires to be integers (ASCII digits here).
+_CHECKED = 1 + len(CPU_MODES)
+#: The one-integer lines the careful parser reads (and counts as bad when they are not).
+_SINGLE_FIELDS = frozenset(("procs_running", "procs_blocked", "ctxt", "btime"))
+
+
+def core_seconds(text: str, modes: tuple[str, ...], ticks_per_second: float
+                 ) -> tuple[dict[str, dict[str, float]], int | None, int | None] | None:
+    """Each core's first ``len(modes)`` modes in seconds (the all-CPU line left out), and the
+    run-queue figures, for a file in the shape every kernel prints; None for any other, which
+    ``parse_proc_stat`` then reads line by line and accounts for.
+
+    The 10 Hz read of a node's /proc/stat is one line per core: on a 192-core node the careful
+    parser and a second pass to convert its ticks cost several times this single pass, which
+    builds each core's modes once. What it takes as the usual shape: ASCII without a minus sign,
+    every ``cpu`` line a known core number listed once with at least four integer columns, and
+    the run-queue lines one integer each; anything else, and the careful parser decides."""
+    if "-" in text or not text.isascii():
+        return None
+    cores: dict[str, dict[str, float]] = {}
+    fields: dict[str, int] = {}
+    all_cpus = False
+    per_tick = repeat(float(ticks_per_second))
+    width = len(modes) + 1
+    try:
+        for parts in map(str.split, text.splitlines()):
+            if not parts:
+                continue
+            key = parts[0]
+            if key.startswith("cpu"):
+                name = key[3:]
+                if len(parts) < 5:
+                    return None
+                if not name:
+                    if all_cpus:
+                        return None
+                    all_cpus = True
+                    if not "".join(parts[1:_CHECKED]).isdigit():  # the careful parser's check
+                        return None
+                    continue
+                if not (name.isascii() and name.isdigit()) or name in cores:
+                    return None
+                cores[name] = dict(zip(modes, map(truediv, map(int, parts[1:width]), per_tick)))
+                if width < len(parts) and width < _CHECKED and not "".join(parts[width:_CHECKED]).isdigit():
+                    return None
+            elif key in _SINGLE_FIELDS:
+                if len(parts) != 2 or not (parts[1].isascii() and parts[1].isdigit()):
+                    return None
+                fields[key] = int(parts[1])
+    except ValueError:
+        return None
+    if not cores:
+        return None
+    return cores, fields.get("procs_running"), fields.get("procs_blocked")

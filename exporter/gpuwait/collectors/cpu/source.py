@@ -6,7 +6,7 @@ import time
 from itertools import repeat
 from operator import truediv
 
-from gpuwait.collectors.cpu.parse import parse_proc_stat
+from gpuwait.collectors.cpu.parse import core_seconds, parse_proc_stat
 from gpuwait.collectors.cpu.payload import CpuData
 from gpuwait.core.errors import ParseError, SourceError
 from gpuwait.core.pseudofile import read_text
@@ -29,6 +29,9 @@ class CpuSource(Source):
     def read(self) -> Reading:
         t = time.monotonic()
         text = read_text(self.path)
+        usual = core_seconds(text, EXPORTED_MODES, self.ticks_per_second)
+        if usual is not None:
+            return self.reading(t, CpuData(*usual), ())
         try:
             stat = parse_proc_stat(text)
         except ParseError as e:

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from gpuwait.collectors.netdev.payload import NetDev
 from gpuwait.core.config import Settings
 from gpuwait.core.ring import Column, WindowView
-from gpuwait.core.series import added, burstiness, maximum
+from gpuwait.core.series import added
 
 #: Column keys are (direction, interface): bytes since the interface came up.
 DIRECTIONS = ("receive", "transmit")
@@ -45,8 +45,7 @@ class NetdevWindowStats:
 
 def throughput(view: WindowView, direction: str, interface: str) -> ThroughputWindowStats:
     key = (direction, interface)
-    rates = view.interval_rates(key)
-    return ThroughputWindowStats(view.rate(key), maximum(rates), burstiness(rates))
+    return ThroughputWindowStats(view.rate(key), *view.rate_shape(key))
 
 
 def summarize(view: WindowView, settings: Settings) -> NetdevWindowStats:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from gpuwait.collectors.pressure.payload import PressureData
 from gpuwait.core.config import Settings
 from gpuwait.core.ring import Column, WindowView
-from gpuwait.core.series import clamp_ratio, maximum
+from gpuwait.core.series import clamp_ratio
 
 
 def columns(data: PressureData) -> dict[Hashable, float]:
@@ -39,7 +39,7 @@ def summarize(view: WindowView, settings: Settings) -> PressureWindowStats:
         if mean is None:
             continue
         ratio[key] = mean
-        max_ratio[key] = clamp_ratio(maximum(view.interval_rates(key)))
+        max_ratio[key] = clamp_ratio(view.rate_peak(key))
     return PressureWindowStats(ratio, max_ratio)
 
 

@@ -117,9 +117,8 @@ def _direction(view: WindowView, kind: str, port: PortKey,
         mean_rate = view.rate(key)
         if not shape:
             return mean_rate, None, None
-        rates = view.interval_rates(key)
-    else:
-        rates, mean_rate = counter_rates(view.times, view.columns[key], unit)
+        return (mean_rate, *view.rate_shape(key))
+    rates, mean_rate = counter_rates(view.times, view.columns[key], unit)
     return mean_rate, maximum(rates), burstiness(rates)
 
 
