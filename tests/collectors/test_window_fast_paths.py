@@ -170,3 +170,15 @@ def test_a_steady_counters_account_is_kept_and_not_recomputed():
     # the next pass kept the account and its buffer, and took in the ten new intervals
     assert ring._shapes[key] is shape and shape._rates is kept and len(kept) == 600 and shape._next == shape._start + 600
     assert (peak, bursts) == (series.maximum(view.interval_rates(key)), series.burstiness(view.interval_rates(key)))
+
+
+def test_an_infinite_rate_leaves_the_account_to_the_float_formula():
+    ring = ColumnRing(8)
+    key = ("receive", "eth0")
+    for i, value in enumerate((0.0, 1.0, 1e308, 1.7e308, 1.7e308, 1.8e308)):
+        ring.append(0.001 * i, {key: value})
+    view = ring.view()
+    assert view.steady(key)
+    rates = view.interval_rates(key)
+    assert math.inf in rates
+    assert repr(view.rate_shape(key)) == repr((series.maximum(rates), series.burstiness(rates)))

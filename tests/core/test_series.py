@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, strategies as st
@@ -116,6 +117,33 @@ def test_burstiness_is_the_coefficient_of_variation(rates):
     if len(vals) < 2:
         assert got is None
         return
-    avg = math.fsum(vals) / len(vals)
-    assert got == pytest.approx(0.0 if avg <= 0 else math.sqrt(math.fsum((v - avg) ** 2 for v in vals) / len(vals)) / avg,
-                                rel=1e-12, abs=1e-300)
+    # The exact coefficient of variation, from exact rationals, rounded at the end: burstiness
+    # sums exactly too, so it is within an ulp or two (the float formula, deviations from a
+    # rounded mean, is off by 1e-10 where the spread is a billionth of the mean).
+    exact = [Fraction(v) for v in vals]
+    avg = sum(exact) / len(exact)
+    want = 0.0 if avg <= 0 else math.sqrt(sum((v - avg) ** 2 for v in exact) / len(exact) / avg**2)
+    assert got == pytest.approx(want, rel=1e-15, abs=1e-300)
+
+
+@given(values=st.lists(st.floats(0, 1e12) | st.floats(0, 1e-6), min_size=2, max_size=40), data=st.data())
+def test_moments_take_out_exactly_what_they_put_in(values, data):
+    from gpuwait.core.series import Moments
+    moments = Moments()
+    for v in values:
+        moments.add(v)
+    kept = data.draw(st.integers(0, len(values)))
+    order = data.draw(st.permutations(values))
+    for v in order[kept:]:
+        moments.remove(v)
+    fresh = Moments()
+    for v in order[:kept]:
+        fresh.add(v)
+    assert moments.count == fresh.count == kept
+    assert repr(moments.variation()) == repr(fresh.variation())
+    if kept >= 2:
+        assert moments.variation() == burstiness(list(order[:kept]))
+
+
+def test_an_infinite_rate_gets_the_float_formula():
+    assert math.isnan(burstiness([1.0, math.inf, 2.0]))

@@ -29,7 +29,7 @@ from collections.abc import Hashable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import NamedTuple
 
-from gpuwait.core.series import burstiness, interval_rates, maximum, total_increase
+from gpuwait.core.series import Moments, burstiness, interval_rates, maximum, total_increase
 
 NAN = math.nan
 
@@ -201,22 +201,24 @@ MAX_MEMOS = 16
 
 class RateShape:
     """The interval rates of one steady counter over the intervals its ring still holds,
-    numbered by each interval's first row, and their running maximum. Only the analysis
-    thread uses it, through ``WindowView.rate_shape``.
+    numbered by each interval's first row, with their running maximum and their exact sums
+    (``series.Moments``). Only the analysis thread uses it, through ``WindowView.rate_shape``.
 
     A pass computes the rates of the new intervals only and drops those that left; a rate is
-    the subtraction and division ``interval_rates`` makes and the burstiness is
-    ``series.burstiness`` of the rates held, so both statistics are the same to the bit as
-    those computed from the whole window."""
+    the subtraction and division ``interval_rates`` makes, and the peak and the burstiness are
+    what ``series.maximum`` and ``series.burstiness`` give for the same rates, to the bit."""
 
-    __slots__ = ("_rates", "_peaks", "_start", "_next")
+    __slots__ = ("_rates", "_peaks", "_moments", "_start", "_next")
 
     def __init__(self) -> None:
         #: the rates of intervals _start to _next - 1, in a flat buffer (8 bytes a rate, where a
-        #: float object and its slot would take 32, for every rate series of the node)
+        #: float object and its slot would take 32, for every rate series of the node); kept to
+        #: take each out of the sums as it was put in
         self._rates = array("d")
         #: the rates that are the largest from their place on, oldest first: the first is the peak
         self._peaks: deque[tuple[int, float]] = deque()
+        #: None once an infinite rate is held: the burstiness is then computed from the rates
+        self._moments: Moments | None = Moments()
         self._start = self._next = -1
 
     def follow(self, times: Sequence[float], values: Sequence[float], first_row: int) -> None:
@@ -228,14 +230,23 @@ class RateShape:
             # in the analysis longer than the window), or the view is older than the account.
             self.__init__()
             self._start = self._next = first_row
-        rates, peaks = self._rates, self._peaks
-        del rates[:first_row - self._start]
+        rates, peaks, moments = self._rates, self._peaks, self._moments
+        gone = first_row - self._start
+        if moments is not None:
+            for rate in rates[:gone]:
+                moments.remove(rate)
+        del rates[:gone]
         while peaks and peaks[0][0] < first_row:
             peaks.popleft()
         for j in range(self._next, last + 1):
             i = j - first_row
             rate = (values[i + 1] - values[i]) / (times[i + 1] - times[i])
             rates.append(rate)
+            if moments is not None:
+                try:
+                    moments.add(rate)
+                except (OverflowError, ValueError):
+                    moments = self._moments = None
             while peaks and peaks[-1][1] <= rate:
                 peaks.pop()
             peaks.append((j, rate))
@@ -245,7 +256,9 @@ class RateShape:
         return self._peaks[0][1] if self._peaks else None
 
     def burstiness(self) -> float | None:
-        return burstiness(self._rates)
+        if self._moments is None:
+            return burstiness(self._rates)
+        return self._moments.variation()
 
 
 class ColumnRing:

@@ -138,12 +138,67 @@ def burstiness(rates: Sequence[float]) -> float | None:
     vals = valid(rates)
     if len(vals) < 2:
         return None
-    avg = math.fsum(vals) / len(vals)
-    if avg <= 0:
-        return 0.0
-    deviations = list(map(operator.sub, vals, repeat(avg)))
-    var = math.fsum(map(operator.mul, deviations, deviations)) / len(vals)
-    return math.sqrt(var) / avg
+    moments = Moments()
+    try:
+        for v in vals:
+            moments.add(v)
+    except (OverflowError, ValueError):  # an infinite rate: no exact sum, the float formula
+        avg = math.fsum(vals) / len(vals)
+        if avg <= 0:
+            return 0.0
+        deviations = list(map(operator.sub, vals, repeat(avg)))
+        var = math.fsum(map(operator.mul, deviations, deviations)) / len(vals)
+        return math.sqrt(var) / avg
+    return moments.variation()
+
+
+class Moments:
+    """The count, sum and sum of squares of finite floats, exactly: each value is an integer
+    times a power of two, and the sums are integers on the finest scale seen so far. A value
+    is taken out as exactly as it was put in, so a window's sums can follow it value by value
+    for ever without drifting (``ring.RateShape``), and the coefficient of variation is the
+    exact one rounded once."""
+
+    __slots__ = ("count", "_scale", "_sum", "_squares")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._scale = 0  # the sums count units of 2**-_scale (squares: 2**-2*_scale)
+        self._sum = 0
+        self._squares = 0
+
+    def _units(self, value: float) -> int:
+        numerator, denominator = value.as_integer_ratio()  # OverflowError/ValueError: inf, NaN
+        scale = denominator.bit_length() - 1
+        if scale > self._scale:
+            finer = scale - self._scale
+            self._sum <<= finer
+            self._squares <<= 2 * finer
+            self._scale = scale
+        return numerator << (self._scale - scale)
+
+    def add(self, value: float) -> None:
+        units = self._units(value)
+        self._sum += units
+        self._squares += units * units
+        self.count += 1
+
+    def remove(self, value: float) -> None:
+        units = self._units(value)
+        self._sum -= units
+        self._squares -= units * units
+        self.count -= 1
+
+    def variation(self) -> float | None:
+        """Standard deviation over mean (the population's); 0.0 where the mean is not
+        positive, None for fewer than two values. sd/mean = sqrt(n·Σx² − (Σx)²) / Σx, whose
+        square is a quotient of exact integers that Python rounds once."""
+        if self.count < 2:
+            return None
+        if self._sum <= 0:
+            return 0.0
+        square = self._sum * self._sum
+        return math.sqrt((self.count * self._squares - square) / square)
 
 
 def added(*columns: Sequence[float]) -> list[float]:
