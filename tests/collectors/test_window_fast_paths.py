@@ -4,8 +4,8 @@ mix of steady counters, resets, missing reads, clocks that stall, wraps and stuc
 
 from __future__ import annotations
 
-import dataclasses
 import math
+import random
 
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
@@ -81,23 +81,10 @@ def _as_lists(view: WindowView) -> WindowView:
     return WindowView(list(view.times), {key: list(view.columns[key]) for key in view.columns})
 
 
-def _same(got, want, name: str = "") -> None:
-    if dataclasses.is_dataclass(got):
-        assert type(got) is type(want)
-        for f in dataclasses.fields(got):
-            _same(getattr(got, f.name), getattr(want, f.name), f.name)
-    elif isinstance(got, dict):
-        assert got.keys() == want.keys()
-        for k in got:
-            _same(got[k], want[k], name)
-    else:
-        # repr: a NaN, were one to appear, is equal to itself there.
-        assert repr(got) == repr(want), (name, got, want)
-
-
 def _check(collector: str, view: WindowView) -> None:
     summarize = SUMMARIZE[collector]
-    _same(summarize(view, None), summarize(_as_lists(view), None))
+    # repr: a NaN, were one to appear, is equal to itself there.
+    assert repr(summarize(view, None)) == repr(summarize(_as_lists(view), None))
 
 
 @pytest.mark.parametrize("collector", sorted(SUMMARIZE))
@@ -115,7 +102,7 @@ def test_a_steady_window_takes_the_fast_path_and_still_finds_the_peak():
     view = ring.view()
     assert all(view.steady(key) for key in KEYS["netdev"])
     stats = netdev_window.summarize(view, None)
-    _same(stats, netdev_window.summarize(_as_lists(view), None))
+    assert stats == netdev_window.summarize(_as_lists(view), None)
     assert math.isclose(stats.receive["eth0"].max_bytes_per_second, 60000.0)
 
 
@@ -129,7 +116,9 @@ def test_the_running_account_follows_the_window_pass_after_pass(data):
     ring = ColumnRing(data.draw(st.integers(2, 40)))
     key = ("receive", "eth0")
     t, value = 0.0, 0.0
-    rnd = data.draw(st.randoms(use_true_random=False))
+    # One draw seeds the steps: drawing each of up to 12,000 steps from Hypothesis's own
+    # data would, now and then, exceed the data it allows a test case.
+    rnd = random.Random(data.draw(st.integers(0, 2**64 - 1)))
     for _ in range(data.draw(st.integers(1, 60))):
         for _ in range(rnd.choice((1, 2, 3, 10, 50))):
             t += rnd.uniform(0.05, 0.15)
