@@ -91,11 +91,13 @@ class Meter:
         t_start = t_end - dt
         self._steps += 1
         fresh = {}
+        #: busy time at reduced clocks this step, per GPU
+        reduced = {}
         for g in node.gpus:
             fresh[g.index] = g.samples_since(self._seen[g.index])
             self._seen[g.index] = g.sample_count
-            if g.step_busy > 0 and g.clock_factor < 0.995:
-                self._reduced[g.index] += g.step_busy
+            reduced[g.index] = g.step_busy if g.step_busy > 0 and g.clock_factor < 0.995 else 0.0
+            self._reduced[g.index] += reduced[g.index]
         if self.onset is not None and t_end > self.onset - dt / 2:
             k = round(t_end - self.onset)
             if abs(t_end - (self.onset + k)) < dt / 2:
@@ -111,8 +113,7 @@ class Meter:
             for g in node.gpus:
                 w.busy[g.index] = w.busy.get(g.index, 0.0) + g.step_busy
                 w.sm[g.index] = w.sm.get(g.index, 0.0) + g.step_sm
-                reduced = g.step_busy > 0 and g.clock_factor < 0.995
-                w.throttled[g.index] = w.throttled.get(g.index, 0.0) + (g.step_busy if reduced else 0.0)
+                w.throttled[g.index] = w.throttled.get(g.index, 0.0) + reduced[g.index]
                 w.samples.setdefault(g.index, []).extend(s[1] for s in fresh[g.index] if s[0] >= w.start)
             if abs(t_end - w.end) < dt / 2:
                 w.phase_end = {g.index: self._phases(g.index) for g in node.gpus}

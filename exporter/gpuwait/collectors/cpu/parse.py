@@ -12,6 +12,12 @@ from gpuwait.core.errors import ParseError
 CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
 
 
+#: The columns of a cpu line the careful parser requires to be integers (ASCII digits here).
+_CHECKED = 1 + len(CPU_MODES)
+#: The one-integer lines the careful parser reads (and counts as bad when they are not).
+_SINGLE_FIELDS = frozenset(("procs_running", "procs_blocked", "ctxt", "btime"))
+
+
 @dataclass(frozen=True, slots=True)
 class ProcStat:
     #: "cpu" for the all-CPU line, "0", "1", ... per core -> {mode: ticks}
@@ -80,12 +86,6 @@ def parse_proc_stat(text: str) -> ProcStat:
         boot_time=fields.get("btime"),
         bad_lines=tuple(bad),
     )
-
-
-#: The columns of a cpu line the careful parser requires to be integers (ASCII digits here).
-_CHECKED = 1 + len(CPU_MODES)
-#: The one-integer lines the careful parser reads (and counts as bad when they are not).
-_SINGLE_FIELDS = frozenset(("procs_running", "procs_blocked", "ctxt", "btime"))
 
 
 def core_seconds(text: str, modes: tuple[str, ...], ticks_per_second: float
