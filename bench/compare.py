@@ -1,6 +1,6 @@
 """gpuwait against node_exporter on one big-node tree, side by side, in one command.
 
-    python3 bench/compare.py [--size big] [--duration 180] [--scrape-interval 5] [--repeats 3]
+    python3 bench/compare.py [--size big] [--cores N] [--duration 180] [--scrape-interval 5] [--repeats 3]
 
 Builds the tree (bench/bignode.py), starts the writer that keeps its counters moving, then,
 per repeat: gpuwait at its default settings (10 Hz fast tier, every default collector, the
@@ -250,12 +250,13 @@ def main() -> int:
     parser.add_argument("--warm-up", type=float, default=WARM_UP, help="seconds before measuring (default 60)")
     parser.add_argument("--scrape-interval", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cores", type=int, help="the size's layout with this many cores instead")
     parser.add_argument("--json", type=pathlib.Path, help="also write every run's figures here")
     args = parser.parse_args()
     if not shutil.which(NODE_EXPORTER):
         print(f"{NODE_EXPORTER} not found (Debian: apt-get install prometheus-node-exporter)", file=sys.stderr)
         return 2
-    size = bignode.SIZES[args.size]
+    size = dict(bignode.SIZES[args.size], **({"cores": args.cores} if args.cores else {}))
     print(f"{platform.node()}: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"load {os.getloadavg()[0]:.2f}")

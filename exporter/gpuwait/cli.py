@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 
 from gpuwait import __version__
+from gpuwait.core.allocator import limit_arenas
 from gpuwait.core.config import (
     ANALYSIS_INTERVAL,
     LOG_LEVEL,
@@ -148,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if settings[RECORD_FILE]:
                 recorder = _recorder(sampler, settings)
         else:
+            limit_arenas()  # before the sampler's threads: see gpuwait.core.allocator
             sampler = Sampler(collectors, settings)
             if settings[RECORD_FILE]:
                 recorder = _recorder(sampler, settings)

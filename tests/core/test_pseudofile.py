@@ -4,6 +4,7 @@ unless what the path names has changed since."""
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 
@@ -87,3 +88,129 @@ def test_a_read_of_the_same_file_by_another_thread_just_begun_is_no_hang(tmp_pat
     other.started -= pseudofile.BLOCKED_AFTER_SECONDS
     with pytest.raises(StillReading):
         read_unless_hung(str(path))
+
+
+# -- KeptDescriptors: kernel files re-read through a descriptor kept open ---------------------
+
+
+def open_descriptors() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_kernel_file_is_read_through_one_kept_descriptor_and_reads_what_the_kernel_makes_now():
+    kept = pseudofile.KeptDescriptors()
+    before = open_descriptors()
+    first = kept.read("/proc/uptime")
+    assert len(kept) == 1
+    fd = kept.take("/proc/uptime")
+    assert fd is not None and kept.keep("/proc/uptime", fd, True)
+    time.sleep(0.05)  # /proc/uptime counts in hundredths of a second
+    second = kept.read("/proc/uptime")
+    assert float(second.split()[0]) > float(first.split()[0])
+    assert kept.take("/proc/uptime") == fd  # the same descriptor, read again at offset 0
+    kept.keep("/proc/uptime", fd, True)
+    # A sysfs attribute as well; its content is what a fresh open reads.
+    online = "/sys/devices/system/cpu/online"
+    assert kept.read(online) == kept.read(online) == pseudofile.read(online)
+    assert len(kept) == 2
+    assert len(open_descriptors() - before) == 2
+    kept.close()
+    assert open_descriptors() == before and len(kept) == 0
+
+
+def test_a_file_that_is_no_kernel_file_is_opened_at_every_read_and_seen_replaced(tmp_path):
+    # A copied tree or a bind-mounted snapshot: a kept descriptor would read the replaced file.
+    path = tmp_path / "port_xmit_data"
+    path.write_text("1\n")
+    kept = pseudofile.KeptDescriptors()
+    before = open_descriptors()
+    assert kept.read(str(path)) == "1\n"
+    replacement = tmp_path / "new"
+    replacement.write_text("2\n")
+    os.replace(replacement, path)
+    assert kept.read(str(path)) == "2\n"
+    assert len(kept) == 0 and open_descriptors() == before
+
+
+def test_a_kept_descriptor_of_a_kernel_object_gone_is_closed_and_the_file_reported_gone():
+    # A process's files stand for a kernel object that goes away, as a removed device's do:
+    # the kept descriptor fails (ESRCH here, ENODEV for a device) and a fresh open says gone.
+    child = subprocess.Popen(["sleep", "30"])
+    path = f"/proc/{child.pid}/stat"
+    kept = pseudofile.KeptDescriptors()
+    before = open_descriptors()
+    try:
+        assert kept.read(path).startswith(f"{child.pid} ")
+        assert kept.read(path).startswith(f"{child.pid} ")
+        assert len(kept) == 1
+    finally:
+        child.kill()
+        child.wait()
+    with pytest.raises(FileNotFoundError):  # the fresh open's answer, not the descriptor's ESRCH
+        kept.read(path)
+    assert len(kept) == 0 and open_descriptors() == before
+    assert not in_flight(path)
+
+
+def test_retain_closes_the_descriptors_of_files_no_longer_read():
+    kept = pseudofile.KeptDescriptors()
+    before = open_descriptors()
+    kept.read("/proc/uptime")
+    kept.read("/proc/loadavg")
+    kept.retain(["/proc/loadavg"])
+    assert len(kept) == 1 and len(open_descriptors() - before) == 1
+    assert kept.take("/proc/uptime") is None
+    kept.close()
+    assert open_descriptors() == before
+
+
+def test_a_kept_descriptor_held_by_a_hung_read_is_not_read_again_until_it_returns(monkeypatch):
+    # A firmware that does not answer blocks the read in the driver; staged here at pread.
+    kept = pseudofile.KeptDescriptors()
+    path = "/proc/uptime"
+    kept.read(path)
+    release = threading.Event()
+    real_pread = os.pread
+
+    def hung_pread(fd, n, offset):
+        release.wait(10)
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", hung_pread)
+    results: list[str] = []
+    blocked = threading.Thread(target=lambda: results.append(kept.read(path)), daemon=True)
+    blocked.start()
+    wait_until(lambda: in_flight(path))
+    assert len(kept) == 0  # the hung read holds the descriptor
+    time.sleep(pseudofile.BLOCKED_AFTER_SECONDS)
+    with pytest.raises(StillReading):
+        kept.read(path)
+    release.set()
+    blocked.join(5)
+    assert results and float(results[0].split()[0]) > 0
+    assert len(kept) == 1  # given back once the read returned
+    monkeypatch.setattr(os, "pread", real_pread)
+    assert float(kept.read(path).split()[0]) > 0
+    kept.close()
+
+
+MOUNTINFO = """\
+22 28 0:21 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+23 28 0:22 / /proc rw,nosuid,nodev,noexec,relatime shared:13 - proc proc rw
+28 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw,errors=remount-ro
+30 22 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw
+41 28 0:21 / /host/sys ro,relatime - sysfs sysfs ro
+52 28 0:45 / /tmp rw,nosuid,nodev shared:30 master:2 propagate_from:1 - tmpfs tmpfs rw
+this line is damaged
+"""
+
+
+def test_the_kernel_filesystems_are_the_proc_and_sysfs_mounts_of_mountinfo(tmp_path):
+    path = tmp_path / "mountinfo"
+    path.write_text(MOUNTINFO)
+    assert pseudofile.kernel_filesystem_devices(str(path)) == {os.makedev(0, 21), os.makedev(0, 22)}
+    assert pseudofile.kernel_filesystem_devices(str(tmp_path / "absent")) == frozenset()
+    real = pseudofile.kernel_filesystem_devices()
+    assert os.stat("/proc/uptime").st_dev in real
+    assert os.stat("/sys/devices/system/cpu/online").st_dev in real
+    assert os.stat(tmp_path).st_dev not in real

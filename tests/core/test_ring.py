@@ -70,6 +70,53 @@ def test_ring_view_is_a_copy():
     assert view.times == [0.0] and view.column("a") == [1.0]
 
 
+def test_a_view_keeps_its_columns_while_the_ring_gains_and_drops_columns():
+    # The rows are stored one after another: a column added or dropped rewrites every row,
+    # which must neither move a value to another column nor reach a view already made.
+    ring = ColumnRing(3)
+    ring.append(0.0, {"a": 1.0, "gone": 7.0})
+    ring.append(1.0, {"a": 2.0, "gone": 8.0})
+    before = ring.view()
+    ring.append(2.0, {"a": 3.0, "b": 30.0})
+    assert ring.width == 3
+    after = ring.view()
+    assert list(after.columns) == ["a", "gone", "b"]
+    assert after.column("a") == [1.0, 2.0, 3.0]
+    assert after.column("gone")[:2] == [7.0, 8.0] and math.isnan(after.column("gone")[2])
+    assert math.isnan(after.column("b")[0]) and after.column("b")[2] == 30.0
+    for t in (3.0, 4.0, 5.0):  # "gone" absent for a full lap: dropped at the lap's end
+        ring.append(t, {"a": t + 1.0, "b": t * 10.0})
+    assert ring.width == 2
+    latest = ring.view()
+    assert list(latest.columns) == ["a", "b"]
+    assert latest.column("a") == [4.0, 5.0, 6.0] and latest.column("b") == [30.0, 40.0, 50.0]
+    assert latest.steady("a") and latest.increase("a") == (2.0, 2.0)
+    assert latest.steady("b") and latest.rate("b") == 10.0
+    # The views made before still read what they copied.
+    assert list(before.columns) == ["a", "gone"] and before.column("gone") == [7.0, 8.0]
+    assert before.steady("a") and before.increase("a") == (1.0, 1.0)
+    assert after.column("a") == [1.0, 2.0, 3.0] and not after.steady("b")
+
+
+def test_a_view_copies_into_the_last_view_s_buffer_only_once_that_view_is_gone():
+    ring = ColumnRing(4)
+    for t in range(6):
+        ring.append(float(t), {"a": float(t), "b": 10.0 * t})
+    first = ring.view()
+    held = first.column("a")
+    ring.append(6.0, {"a": 6.0, "b": 60.0})
+    second = ring.view()  # the first still lives: its rows are not written over
+    assert first.column("b") == [20.0, 30.0, 40.0, 50.0] and held == [2.0, 3.0, 4.0, 5.0]
+    assert second.column("b") == [30.0, 40.0, 50.0, 60.0]
+    buffer = ring._lent[1]
+    del first, second
+    ring.append(7.0, {"a": 7.0, "b": 70.0})
+    third = ring.view(since=5.5)  # the second is gone: its buffer is used again
+    assert ring._lent[1] is buffer
+    assert third.column("a") == [6.0, 7.0] and third.column("b") == [60.0, 70.0]
+    assert third.increase("b") == (10.0, 1.0)
+
+
 # -- the steady counters a view answers from their ends -------------------------------------
 
 from hypothesis import given, strategies as st  # noqa: E402

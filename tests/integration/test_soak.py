@@ -110,7 +110,7 @@ def test_soak_owners_come_and_go_with_memory_fds_and_series_flat(monkeypatch):
             rings = [s.ring for s in self.states.values() if s.ring is not None]
             checkpoints.append(Checkpoint(
                 now, rss_bytes(), open_fds(),
-                sum(len(r._columns) for r in rings), sum(len(r) for r in rings),
+                sum(r.width for r in rings), sum(len(r) for r in rings),
                 sum(len(f.samples) for f in families), owners))
 
     monkeypatch.setattr(simulate_run, "Sampler", MeasuredSampler)

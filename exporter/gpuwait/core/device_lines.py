@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuwait.core.errors import ParseError, SourceError
-from gpuwait.core.pseudofile import read_text
+from gpuwait.core.pseudofile import KeptDescriptors
 from gpuwait.core.reading import Reading
 from gpuwait.core.source import HostPaths, Source
 
@@ -50,10 +50,14 @@ class DeviceLinesSource(Source):
         super().__init__(paths)
         self.path = paths.proc(*self.path_parts)
         self.keep = ExcludeFilter(device_exclude)
+        self._kept = KeptDescriptors()
+
+    def close(self) -> None:
+        self._kept.close()
 
     def read(self) -> Reading:
         t = time.monotonic()
-        text = read_text(self.path)
+        text = self._kept.read_text(self.path)
         try:
             parsed = self.parse(text, self.keep)
         except ParseError as e:

@@ -20,6 +20,10 @@ more thread, but reported at once as ``timeout:<path>``, so that after one hung 
 source is back with everything but that file. A read counts as hung once it has been in
 flight for BLOCKED_AFTER_SECONDS: two sources (or tiers) may read the same attribute at the
 same moment, and the one that comes second is not waiting on a hung driver.
+
+``KeptDescriptors`` is for the files a source reads at every sample: a kernel file's
+descriptor is kept open and read again from offset 0, which makes the content afresh without
+the open and close (see the class).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import errno
 import os
 import threading
 import time
+from collections.abc import Iterable
 
 from gpuwait.core.errors import SourceError
 
@@ -91,10 +96,11 @@ def _identity(stat: os.stat_result) -> tuple[int, int]:
     return stat.st_dev, stat.st_ino
 
 
-def read_unless_hung(path: str, limit: int | None = None) -> str:
+def read_unless_hung(path: str, limit: int | None = None, kept: KeptDescriptors | None = None) -> str:
     """``read``, or StillReading when an earlier read of the same file is still blocked.
     The same file: a path restored after a hang (a new file, or a device re-created) is
-    read again at once, while the old read may stay blocked on what was there."""
+    read again at once, while the old read may stay blocked on what was there. With ``kept``,
+    a kernel file is read through the descriptor kept for it (see ``KeptDescriptors``)."""
     with _in_flight_lock:
         earlier = _in_flight.get(path)
         if earlier:
@@ -117,19 +123,150 @@ def read_unless_hung(path: str, limit: int | None = None) -> str:
                     raise StillReading(path)
         mine = _InFlight()
         _in_flight.setdefault(path, []).append(mine)
-    fd = None
+    fd = kept_fd = kept.take(path) if kept is not None else None
+    data = None
     try:
-        fd = mine.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        data = _read_descriptor(fd, limit)
+        if fd is not None:
+            mine.fd = fd
+            try:
+                data = _pread_descriptor(fd, limit)
+            except OSError:
+                # The kernel object is gone (ENODEV once a device is removed) or failing: a
+                # fresh open tells which, and names the file as it is now.
+                _close_untracked(mine, fd)
+                fd = kept_fd = None
+        if data is None:
+            fd = mine.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            data = _read_descriptor(fd, limit)
     finally:
         with _in_flight_lock:  # before the close: the descriptor must not be fstat-ed once reused
             readings = _in_flight[path]
             readings.remove(mine)
             if not readings:
                 del _in_flight[path]
-        if fd is not None:
+        if fd is not None and (data is None or kept is None or not kept.keep(path, fd, fd == kept_fd)):
             os.close(fd)
     return data.decode("utf-8", errors="replace")
+
+
+def _close_untracked(mine: _InFlight, fd: int) -> None:
+    with _in_flight_lock:
+        mine.fd = None
+    os.close(fd)
+
+
+def _pread_descriptor(fd: int, limit: int | None) -> bytes:
+    if limit is not None:
+        return os.pread(fd, limit, 0)
+    chunks = []
+    offset = 0
+    while chunk := os.pread(fd, _CHUNK, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+#: Filesystem types whose files the kernel makes at each read from offset 0.
+KERNEL_FILESYSTEMS = frozenset({"proc", "sysfs"})
+
+
+def kernel_filesystem_devices(mountinfo: str = "/proc/self/mountinfo") -> frozenset[int]:
+    """The device numbers (``st_dev``) of this process's proc and sysfs mounts, from its
+    mountinfo (``man 5 proc``: the third field is major:minor, the one after the ``-``
+    separator the filesystem type); empty when it cannot be read."""
+    devices = set()
+    try:
+        text = read(mountinfo)
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        fields = line.split()
+        try:
+            fstype = fields[fields.index("-", 6) + 1]
+            major, minor = fields[2].split(":")
+            if fstype in KERNEL_FILESYSTEMS:
+                devices.add(os.makedev(int(major), int(minor)))
+        except (ValueError, IndexError):
+            continue
+    return frozenset(devices)
+
+
+#: Paths a KeptDescriptors remembers as not on a kernel filesystem (it holds the few a source
+#: reads at every sample).
+MAX_ELSEWHERE = 4096
+
+
+class KeptDescriptors:
+    """Descriptors kept open, per path, for the kernel files a source reads at every sample.
+
+    procfs and sysfs make a file's content when it is read from offset 0, so ``pread`` at 0 on
+    a descriptor kept open gives what a fresh open, read and close would, for a ninth of the
+    cost of a sysfs attribute (``bench/kept_reads.py``). Only files on a proc or sysfs mount
+    are kept: any other file may be replaced under its name (a copied tree, a bind-mounted
+    snapshot), which a kept descriptor would not see. A kept descriptor whose read fails (a
+    device removed answers ENODEV) is closed and the file opened afresh, which tells a file
+    gone from one failing. Used through ``read_unless_hung``, so a hung read keeps its
+    descriptor out of use until it returns."""
+
+    def __init__(self, devices: frozenset[int] | None = None) -> None:
+        self._devices = devices
+        self._fds: dict[str, int] = {}
+        #: paths found on another filesystem: not looked at again
+        self._elsewhere: set[str] = set()
+        self._lock = threading.Lock()
+
+    def take(self, path: str) -> int | None:
+        """The descriptor kept for ``path``, now the caller's until ``keep``; None if none."""
+        with self._lock:
+            return self._fds.pop(path, None)
+
+    def keep(self, path: str, fd: int, kernel: bool = False) -> bool:
+        """Keep ``fd`` for ``path`` if it is a kernel file (known to be when ``kernel``: it was
+        kept before); False when the caller must close it."""
+        if not kernel:
+            if path in self._elsewhere:
+                return False
+            devices = self._devices
+            if devices is None:
+                devices = self._devices = kernel_filesystem_devices()
+            try:
+                if os.fstat(fd).st_dev not in devices:
+                    if len(self._elsewhere) < MAX_ELSEWHERE:
+                        self._elsewhere.add(path)
+                    return False
+            except OSError:
+                return False
+        with self._lock:
+            if path in self._fds:
+                return False  # another thread's read kept one meanwhile
+            self._fds[path] = fd
+        return True
+
+    def read(self, path: str, limit: int | None = None) -> str:
+        """``read_unless_hung`` through this set's descriptors; raises OSError."""
+        return read_unless_hung(path, limit, self)
+
+    def read_text(self, path: str, limit: int | None = None) -> str:
+        """``read_text`` through this set's descriptors: every OS failure a SourceError."""
+        try:
+            return read_unless_hung(path, limit, self)
+        except OSError as e:
+            raise SourceError(os_cause(path, e), str(e)) from None
+
+    def retain(self, paths: Iterable[str]) -> None:
+        """Close the descriptors of every path not in ``paths`` (devices no longer listed)."""
+        wanted = set(paths)
+        with self._lock:
+            gone = [path for path in self._fds if path not in wanted]
+            fds = [self._fds.pop(path) for path in gone]
+        for fd in fds:
+            os.close(fd)
+
+    def close(self) -> None:
+        self.retain(())
+
+    def __len__(self) -> int:
+        return len(self._fds)
 
 
 def os_cause(path: str, error: OSError) -> str:

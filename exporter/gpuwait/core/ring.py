@@ -1,9 +1,11 @@
 """Bounded, columnar storage of a source's samples over the analysis window.
 
-One timestamp row per sample and one float column per series key, in flat ``array('d')``
-buffers: a 60 s window at 10 Hz for 192 cores is ~230k floats, which as Python objects in
+One timestamp per sample and one float per series key, in flat ``array('d')`` buffers, row
+after row: a 60 s window at 10 Hz for 192 cores is ~230k floats, which as Python objects in
 per-sample dicts would cost tens of megabytes. Missing values are NaN, so a series that
-appears or vanishes mid-window stays aligned with the others.
+appears or vanishes mid-window stays aligned with the others. A view copies the rows it
+covers in one piece; an analysis takes a column out of them, or only the rows new since the
+last pass (``WindowView.tail``).
 
 The ring also keeps, per column, how many of its consecutive pairs of rows are not a counter
 moving forward (a value going back, or NaN on either side), updated on every append and
@@ -23,10 +25,11 @@ from __future__ import annotations
 
 import math
 import operator
+import weakref
 from array import array
 from collections import deque
 from collections.abc import Hashable, Iterator, Mapping, Sequence
-from itertools import islice
+from itertools import compress, islice, repeat
 from typing import NamedTuple
 
 from gpuwait.core.series import Moments, burstiness, interval_rates, maximum, total_increase
@@ -45,33 +48,54 @@ class Column(NamedTuple):
 
 
 class _Columns(Mapping):
-    """A view's columns: copied from the ring as arrays (a memcpy each), made lists only when
-    an analysis reads one, so a statistic that needs a column's ends alone costs no list."""
+    """A view's columns, over its own copy of the ring's rows (one memcpy): a column is taken
+    out of the rows as an array when an analysis asks for it, and made a list only when read
+    as one, so a statistic that needs a column's ends alone costs neither."""
 
-    __slots__ = ("_arrays", "_lists")
+    __slots__ = ("_rows", "_size", "_index", "_width", "_arrays", "_lists", "__weakref__")
 
-    def __init__(self, arrays: dict[Hashable, array]) -> None:
-        self._arrays = arrays
+    def __init__(self, rows: array, size: int, index: Mapping[Hashable, int], width: int) -> None:
+        self._rows = rows  # its first ``size`` values are the view's rows
+        self._size = size
+        self._index = index
+        self._width = width
+        self._arrays: dict[Hashable, array] = {}
         self._lists: dict[Hashable, list[float]] = {}
 
     def stored(self, key: Hashable) -> array:
-        """The column as copied, without making it a list."""
-        return self._arrays[key]
+        """The column as an array, without making it a list."""
+        got = self._arrays.get(key)
+        if got is None:
+            got = self._arrays[key] = self._rows[self._index[key]:self._size:self._width]
+        return got
+
+    def tail(self, key: Hashable, start: int) -> array:
+        """The column's values from row ``start`` on, taken out of the rows alone."""
+        whole = self._arrays.get(key)
+        if whole is not None:
+            return whole[start:]
+        width = self._width
+        return self._rows[start * width + self._index[key]:self._size:width]
+
+    def ends(self, key: Hashable) -> tuple[float, float]:
+        """The column's first and last values, read in place."""
+        rows, i = self._rows, self._index[key]
+        return rows[i], rows[self._size - self._width + i]
 
     def __getitem__(self, key: Hashable) -> list[float]:
         got = self._lists.get(key)
         if got is None:
-            got = self._lists[key] = self._arrays[key].tolist()
+            got = self._lists[key] = self.stored(key).tolist()
         return got
 
     def __contains__(self, key: object) -> bool:
-        return key in self._arrays
+        return key in self._index
 
     def __iter__(self) -> Iterator[Hashable]:
-        return iter(self._arrays)
+        return iter(self._index)
 
     def __len__(self) -> int:
-        return len(self._arrays)
+        return len(self._index)
 
 
 class WindowView:
@@ -115,9 +139,21 @@ class WindowView:
             return columns.stored(key)
         return self.column(key)
 
+    def tail(self, key: Hashable, start: int) -> Sequence[float]:
+        """The column's values from row ``start`` on: what a pass reads of the rows new since
+        the last, without taking the whole column out of the view's rows."""
+        columns = self.columns
+        if isinstance(columns, _Columns) and key in columns:
+            return columns.tail(key, start)
+        return self.column(key)[start:]
+
     def steady(self, key: Hashable) -> bool:
         """Whether the column is a counter read at every row that never went back."""
         return key in self._steady
+
+    def steady_ends(self, key: Hashable) -> tuple[float, float] | None:
+        """A steady column's first and last values; None for any other column."""
+        return self._steady.get(key)
 
     def increase(self, key: Hashable, modulus: float | None = None) -> tuple[float, float] | None:
         """``series.total_increase`` of the column: (increase, seconds covered), or None."""
@@ -166,7 +202,7 @@ class WindowView:
         shape = shapes.get(key)
         if shape is None:
             shape = shapes[key] = RateShape()
-        shape.follow(self.times, self.values(key), self.first_row)
+        shape.follow(self, key)
         return shape
 
     def interval_memo(self, name: Hashable) -> dict[int, object] | None:
@@ -221,8 +257,9 @@ class RateShape:
         self._moments: Moments | None = Moments()
         self._start = self._next = -1
 
-    def follow(self, times: Sequence[float], values: Sequence[float], first_row: int) -> None:
-        """Bring the account to a view of rows ``first_row`` onwards (``times``, ``values``)."""
+    def follow(self, view: WindowView, key: Hashable) -> None:
+        """Bring the account to ``view``'s column ``key``."""
+        times, first_row = view.times, view.first_row
         last = first_row + len(times) - 2  # the view's last interval
         if not self._start <= first_row <= self._next <= last + 1:
             # The view starts before the account (the first pass, or a view over a longer
@@ -238,9 +275,11 @@ class RateShape:
         del rates[:gone]
         while peaks and peaks[0][0] < first_row:
             peaks.popleft()
+        new = self._next - first_row  # the view's row that starts the first new interval
+        values = view.tail(key, new)
         for j in range(self._next, last + 1):
             i = j - first_row
-            rate = (values[i + 1] - values[i]) / (times[i + 1] - times[i])
+            rate = (values[i - new + 1] - values[i - new]) / (times[i + 1] - times[i])
             rates.append(rate)
             if moments is not None:
                 try:
@@ -262,15 +301,28 @@ class RateShape:
 
 
 class ColumnRing:
+    """The rows of a window, oldest overwritten first.
+
+    The values are stored row after row in one flat buffer (``capacity`` rows of one value per
+    column, in the columns' order of first appearance), so that an append writes one
+    contiguous row and compares it with the previous one in C: a 192-core ring's row is 3 KB,
+    where a buffer per column would have the append touch two cache lines in each of 386
+    buffers ten times a second. A view copies the rows it covers in one piece and takes out
+    only the columns an analysis reads."""
+
     def __init__(self, capacity: int) -> None:
         if capacity < 2:
             raise ValueError("a window needs at least two samples")
         self.capacity = capacity
         self._times = array("d", [NAN]) * capacity
-        self._columns: dict[Hashable, array] = {}
+        #: column key -> its place in a row; replaced, never changed, when the columns change,
+        #: so that a view may keep the one it was made with
+        self._index: dict[Hashable, int] = {}
+        self._keys: list[Hashable] = []
+        self._rows = array("d")
         #: Per column, the consecutive pairs of held rows that are not a step forward
         #: (``not prev <= cur``, which NaN on either side fails too).
-        self._breaks: dict[Hashable, int] = {}
+        self._breaks: list[int] = []
         #: Consecutive pairs of held rows whose times do not increase.
         self._time_breaks = 0
         self._head = 0  # next row to write
@@ -278,55 +330,79 @@ class ColumnRing:
         self._appended = 0  # rows ever written
         self._memo: dict[Hashable, dict[int, object]] = {}
         self._shapes: dict[Hashable, RateShape] = {}
+        #: the buffer the last view copied the rows into, and that view's columns: once those
+        #: are gone the next view copies into the same buffer (see ``view``)
+        self._lent: tuple[weakref.ref, array] | None = None
 
     def __len__(self) -> int:
         return self._count
 
+    @property
+    def width(self) -> int:
+        """The number of columns held."""
+        return len(self._keys)
+
     def append(self, t: float, values: Mapping[Hashable, float]) -> None:
+        if not values.keys() <= self._index.keys():
+            self._add_columns([key for key in values if key not in self._index])
         row, count, capacity = self._head, self._count, self.capacity
-        times, breaks = self._times, self._breaks
-        prev = row - 1 if row else capacity - 1
+        times, rows, breaks, width = self._times, self._rows, self._breaks, len(self._keys)
+        new = array("d", map(values.get, self._keys, repeat(NAN, width)))
+        at = row * width
         if count == capacity:
             # The oldest row is overwritten: the pair it forms with the next leaves the window.
             oldest_next = row + 1 if row + 1 < capacity else 0
             if not times[row] < times[oldest_next]:
                 self._time_breaks -= 1
-            for key, column in self._columns.items():
-                if not column[row] <= column[oldest_next]:
-                    breaks[key] -= 1
-        times[row] = t
+            after = oldest_next * width
+            for i in _not_forward(rows[at:at + width], rows[after:after + width]):
+                breaks[i] -= 1
         if count:
+            prev = row - 1 if row else capacity - 1
             if not times[prev] < t:
                 self._time_breaks += 1
-            for key, column in self._columns.items():
-                column[row] = value = values.get(key, NAN)
-                if not column[prev] <= value:
-                    breaks[key] += 1
-        else:
-            for key, column in self._columns.items():
-                column[row] = values.get(key, NAN)
-        held = min(count + 1, capacity)
-        for key in values.keys() - self._columns.keys():
-            column = array("d", [NAN]) * capacity
-            column[row] = values[key]
-            self._columns[key] = column
-            breaks[key] = held - 1  # every earlier row of a new column is NaN
+            for i in _not_forward(rows[prev * width:(prev + 1) * width], new):
+                breaks[i] += 1
+        times[row] = t
+        rows[at:at + width] = new
         self._head = row + 1 if row + 1 < capacity else 0
-        self._count = held
+        self._count = min(count + 1, capacity)
         self._appended += 1
         if self._head == 0:
             self._drop_empty_columns()
 
+    def _add_columns(self, keys: list[Hashable]) -> None:
+        # Rare (a device appears): every row is rewritten one value wider per new column.
+        width, capacity = len(self._keys), self.capacity
+        wider = width + len(keys)
+        rows = array("d", [NAN]) * (capacity * wider)
+        for i in range(width):
+            rows[i::wider] = self._rows[i::width]
+        self._rows = rows
+        self._keys = self._keys + keys
+        self._index = {key: i for i, key in enumerate(self._keys)}
+        # Every held pair of a new column has NaN on both sides: a break each.
+        self._breaks = self._breaks + [max(self._count - 1, 0)] * len(keys)
+
     def _drop_empty_columns(self) -> None:
         # Once per lap: a device that vanished a full window ago no longer costs memory.
-        for key in [k for k, c in self._columns.items() if all(v != v for v in c)]:
-            del self._columns[key]
-            del self._breaks[key]
+        width = len(self._keys)
+        kept = [i for i in range(width) if not all(map(math.isnan, self._rows[i::width]))]
+        if len(kept) == width:
+            return
+        narrower = len(kept)
+        rows = array("d", [NAN]) * (self.capacity * narrower)
+        for j, i in enumerate(kept):
+            rows[j::narrower] = self._rows[i::width]
+        self._rows = rows
+        self._keys = [self._keys[i] for i in kept]
+        self._breaks = [self._breaks[i] for i in kept]
+        self._index = {key: i for i, key in enumerate(self._keys)}
 
     def view(self, since: float | None = None) -> WindowView:
-        # Rows older than ``since`` are cut before anything is copied: each column is copied
-        # once, straight from its buffer, in at most two slices.
-        count, head, capacity = self._count, self._head, self.capacity
+        # Rows older than ``since`` are cut before anything is copied: the rows are copied
+        # once, straight from the buffer, in at most two slices.
+        count, head, capacity, width = self._count, self._head, self.capacity, len(self._keys)
         first = head if count == capacity else 0  # buffer position of the oldest row
         times = self._chronological(self._times, first, 0).tolist()
         start = 0
@@ -334,32 +410,69 @@ class ColumnRing:
             start = next((i for i, t in enumerate(times) if t >= since), len(times))
             if start:
                 times = times[start:]
-        arrays = {key: self._chronological(column, first, start) for key, column in self._columns.items()}
+        size = (count - start) * width
+        rows = self._view_buffer(size)
+        self._copy_rows(rows, first, start, width)
+        columns = _Columns(rows, size, self._index, width)
+        self._lent = (weakref.ref(columns), rows)
         steady: dict[Hashable, tuple[float, float]] = {}
-        if len(times) >= 2 and self._time_breaks == self._cut_breaks(self._times, first, start, operator.lt):
-            for key, column in arrays.items():
-                breaks = self._breaks[key]
+        if len(times) >= 2 and self._time_breaks == self._cut_breaks(self._times, first, start, 1, 0, operator.lt):
+            for key, i in self._index.items():
+                breaks = self._breaks[i]
                 if breaks and start:
-                    breaks -= self._cut_breaks(self._columns[key], first, start)
+                    breaks -= self._cut_breaks(self._rows, first, start, width, i)
                 if not breaks:
-                    steady[key] = (column[0], column[-1])
-        for key in self._shapes.keys() - self._columns.keys():
+                    steady[key] = columns.ends(key)
+        for key in self._shapes.keys() - self._index.keys():
             del self._shapes[key]
-        return WindowView(times, _Columns(arrays), steady, self._appended - count + start, self._memo, self._shapes)
+        return WindowView(times, columns, steady, self._appended - count + start, self._memo, self._shapes)
 
-    def _cut_breaks(self, buffer: array, first: int, start: int, forward=operator.le) -> int:
+    def _view_buffer(self, size: int) -> array:
+        """Where a view copies ``size`` values of rows: the last view's buffer once that view
+        is gone (an analysis pass lets its views go before the next), else a new one as large
+        as the ring. Windows of a few MB made afresh every second, from the analysis thread
+        while the sampling threads allocate too, leave the allocator's arenas fragmented: the
+        resident memory grew by megabytes a minute."""
+        lent = self._lent
+        if lent is not None and lent[0]() is None and len(lent[1]) >= size:
+            return lent[1]
+        return self._rows[:]
+
+    def _copy_rows(self, into: array, first: int, skip: int, width: int) -> None:
+        """Rows ``skip`` onwards, oldest first, to the front of ``into``."""
+        count = self._count - skip
+        begin = (first + skip) % self.capacity
+        end = begin + count
+        with memoryview(into) as target, memoryview(self._rows) as source:
+            if end <= self.capacity:
+                target[:count * width] = source[begin * width:end * width]
+            else:
+                tail = (self.capacity - begin) * width
+                target[:tail] = source[begin * width:]
+                target[tail:count * width] = source[:(end - self.capacity) * width]
+
+    def _cut_breaks(self, buffer: array, first: int, start: int, width: int, offset: int,
+                    forward=operator.le) -> int:
         """Breaks among the pairs of the ``start`` oldest rows and their successors, which a
-        view from row ``start`` leaves out; ``forward`` is a step that is no break (times
-        must increase strictly, a counter may stand still)."""
+        view from row ``start`` leaves out, in the column at ``offset`` of rows ``width``
+        wide; ``forward`` is a step that is no break (times must increase strictly, a counter
+        may stand still)."""
         capacity = self.capacity
         return sum(1 for i in range(start)
-                   if not forward(buffer[(first + i) % capacity], buffer[(first + i + 1) % capacity]))
+                   if not forward(buffer[(first + i) % capacity * width + offset],
+                                  buffer[(first + i + 1) % capacity * width + offset]))
 
     def _chronological(self, buffer: array, first: int, skip: int) -> array:
-        """Rows ``skip`` onwards, oldest first."""
+        """Rows ``skip`` onwards of a column buffer (the times), oldest first."""
         count = self._count - skip
         begin = (first + skip) % self.capacity
         end = begin + count
         if end <= self.capacity:
             return buffer[begin:end]
         return buffer[begin:] + buffer[: end - self.capacity]
+
+
+def _not_forward(before: Sequence[float], after: Sequence[float]) -> Iterator[int]:
+    """The places where ``after`` is not a step forward from ``before``, found in C: most
+    rows of most sources have none."""
+    return compress(range(len(after)), map(operator.not_, map(operator.le, before, after)))

@@ -9,7 +9,7 @@ from operator import truediv
 from gpuwait.collectors.cpu.parse import core_seconds, parse_proc_stat
 from gpuwait.collectors.cpu.payload import CpuData
 from gpuwait.core.errors import ParseError, SourceError
-from gpuwait.core.pseudofile import read_text
+from gpuwait.core.pseudofile import KeptDescriptors
 from gpuwait.core.reading import Reading
 from gpuwait.core.source import HostPaths, Source, user_hz
 
@@ -25,10 +25,14 @@ class CpuSource(Source):
         super().__init__(paths)
         self.path = paths.proc("stat")
         self.ticks_per_second = ticks_per_second or user_hz()
+        self._kept = KeptDescriptors()
+
+    def close(self) -> None:
+        self._kept.close()
 
     def read(self) -> Reading:
         t = time.monotonic()
-        text = read_text(self.path)
+        text = self._kept.read_text(self.path)
         usual = core_seconds(text, EXPORTED_MODES, self.ticks_per_second)
         if usual is not None:
             return self.reading(t, CpuData(*usual), ())

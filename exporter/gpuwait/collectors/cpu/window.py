@@ -95,22 +95,27 @@ def saturated_cores(view: WindowView, level: float) -> Column:
     """How many cores were busy at least ``level`` of each sampling interval; each count is
     stamped with the time its interval starts."""
     keys = [k[1] for k in view.columns if isinstance(k, tuple) and k[0] == _BUSY]
-    pairs = [(view.values((_BUSY, c)), view.values((_TOTAL, c))) for c in keys if (_TOTAL, c) in view.columns]
-    # An interval's count depends on its two rows alone: each pass counts only the new ones.
+    # An interval's count depends on its two rows alone: each pass counts only the new ones,
+    # reading only the rows they span.
     memo = view.interval_memo(("saturated_cores", level))
     first = view.first_row
-    counts: list[float] = []
-    for j in range(len(view.times) - 1):
-        count = memo.get(first + j) if memo is not None else None
-        if count is None:
+    intervals = len(view.times) - 1
+    new = [j for j in range(intervals) if first + j not in memo] if memo is not None else list(range(intervals))
+    if new:
+        start = new[0]
+        pairs = [(view.tail((_BUSY, c), start), view.tail((_TOTAL, c), start))
+                 for c in keys if (_TOTAL, c) in view.columns]
+        for j in new:
+            i = j - start
             count = 0.0
             for b, t in pairs:
-                dt = t[j + 1] - t[j]
-                if dt > 0 and (b[j + 1] - b[j]) >= level * dt:
+                dt = t[i + 1] - t[i]
+                if dt > 0 and (b[i + 1] - b[i]) >= level * dt:
                     count += 1
-            if memo is not None:
-                memo[first + j] = count
-        counts.append(count)
+            if memo is None:
+                memo = {}
+            memo[first + j] = count
+    counts = [memo[first + j] for j in range(intervals)] if intervals > 0 else []
     return Column(view.times[:-1], counts)
 
 

@@ -37,6 +37,10 @@ class PressureSource(Source):
     def __init__(self, paths: HostPaths) -> None:
         super().__init__(paths)
         self.paths_by_resource = {resource: paths.proc("pressure", resource) for resource in RESOURCES}
+        self._kept = pseudofile.KeptDescriptors()
+
+    def close(self) -> None:
+        self._kept.close()
 
     def read(self) -> Reading:
         t = time.monotonic()
@@ -45,7 +49,7 @@ class PressureSource(Source):
         absent = 0
         for resource, path in self.paths_by_resource.items():
             try:
-                lines = parse_pressure(pseudofile.read(path))
+                lines = parse_pressure(self._kept.read(path))
             except OSError as e:
                 absent += _absent(e)
                 errors.append(pseudofile.os_cause(path, e))

@@ -71,10 +71,10 @@ class _Vanished(Exception):
 _ATTRIBUTE_BYTES = 4096
 
 
-def _read(path: str) -> str:
+def _read(path: str, kept: pseudofile.KeptDescriptors | None = None) -> str:
     # Counters are queried from the HCA's firmware, which may not answer: a hung one costs
     # that file, not every port (see pseudofile.read_unless_hung).
-    return pseudofile.read_unless_hung(path, _ATTRIBUTE_BYTES)
+    return pseudofile.read_unless_hung(path, _ATTRIBUTE_BYTES, kept)
 
 
 _os_cause = pseudofile.os_cause
@@ -132,6 +132,11 @@ class RdmaTrafficSource(Source):
         self._devices = 0
         self._next_relist = -1.0
         self._once = _Once()
+        #: the traffic counters are read ten times a second: through descriptors kept open
+        self._kept = pseudofile.KeptDescriptors()
+
+    def close(self) -> None:
+        self._kept.close()
 
     def _relist(self, errors: list[str]) -> list[_PortHandle]:
         try:
@@ -183,6 +188,7 @@ class RdmaTrafficSource(Source):
         errors: list[str] = []
         if t >= self._next_relist:
             self._handles = self._relist(errors)
+            self._kept.retain(path for handle in self._handles for path in handle.files)
             self._next_relist = t + self.relist_seconds
         if not self._devices:
             raise _no_devices(self.root)
@@ -192,7 +198,7 @@ class RdmaTrafficSource(Source):
             values: list[int | None] = []
             for path in handle.files:
                 try:
-                    value = parse_counter(_read(path))
+                    value = parse_counter(_read(path, self._kept))
                 except FileNotFoundError:
                     if not os.path.isdir(handle.device_dir):
                         vanished = True

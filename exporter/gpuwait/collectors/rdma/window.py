@@ -111,7 +111,7 @@ def _direction(view: WindowView, kind: str, port: PortKey,
     if key not in view.columns:
         return None, None, None
     unit = _KINDS[kind]
-    if view.steady(key) and saturated_value(unit) not in view.values(key):
+    if view.steady(key) and not _reached(view, key, saturated_value(unit)):
         # One run of every row, none missing, stuck, reset or wrapped: what counter_rates
         # would find, from the ring's own account of the column.
         mean_rate = view.rate(key)
@@ -120,6 +120,15 @@ def _direction(view: WindowView, kind: str, port: PortKey,
         return (mean_rate, *view.rate_shape(key))
     rates, mean_rate = counter_rates(view.times, view.columns[key], unit)
     return mean_rate, maximum(rates), burstiness(rates)
+
+
+def _reached(view: WindowView, key: tuple, ceiling: float) -> bool:
+    """Whether a steady column holds ``ceiling``: a counter that never goes back holds it
+    only at its end once it got there, unless it went past it, which takes every row."""
+    ends = view.steady_ends(key)
+    if ends is not None and ends[1] < ceiling:
+        return False
+    return ceiling in view.values(key)
 
 
 def summarize(view: WindowView, settings: Settings) -> RdmaWindowStats:

@@ -1,0 +1,124 @@
+"""gpuwait.exposition.encoding writes what prometheus-client's encoders write, to the byte, for
+the families gpuwait makes, and leaves every other family to them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.exposition import choose_encoder
+
+from gpuwait.core.registry import registry, resolve
+from gpuwait.exposition import encoding
+from gpuwait.exposition.encoding import SeriesText, encoder_for
+from gpuwait.exposition.prometheus import GpuwaitCollector, _encode
+
+TEXT = choose_encoder(None)
+TEXT_1 = choose_encoder("text/plain; version=1.0.0; escaping=allow-utf-8")
+OPENMETRICS = choose_encoder("application/openmetrics-text; version=1.0.0")
+OPENMETRICS_UTF8 = choose_encoder("application/openmetrics-text; version=1.0.0; escaping=allow-utf-8")
+FORMATS = [TEXT, TEXT_1, OPENMETRICS, OPENMETRICS_UTF8]
+
+
+def library(fmt, families) -> bytes:
+    encoder, content_type = fmt
+    eof = b"# EOF\n" if content_type.startswith("application/openmetrics-text") else b""
+    return _encode(encoder, families, eof)  # no content type: prometheus-client's encoder
+
+
+def ours(fmt, families, series: SeriesText | None = None) -> bytes:
+    encoder, content_type = fmt
+    assert encoder_for(content_type) is not None, content_type
+    eof = b"# EOF\n" if content_type.startswith("application/openmetrics-text") else b""
+    return _encode(encoder, families, eof, series or SeriesText(), content_type)
+
+
+@pytest.fixture(scope="module")
+def simulated_blocks():
+    """The rendered blocks of a whole exposition: a simulated node with its GPUs, owners and
+    verdicts, after 20 s."""
+    from gpuwait.simulate.model import get
+    from gpuwait.simulate.run import run_virtual
+
+    collectors = list(registry())
+    sampler = run_virtual(get("data_pipeline"), resolve(["--analysis.window=10s"])[0], 20.0, collectors)
+    rendering = GpuwaitCollector(sampler, collectors).render(1)
+    return [block for block in rendering.blocks if not isinstance(block, str)]
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=["text", "text-1.0.0", "openmetrics", "openmetrics-utf8"])
+def test_a_whole_exposition_is_prometheus_client_s_to_the_byte(simulated_blocks, fmt):
+    series = SeriesText()
+    for _ in range(2):  # the second time from the series' text kept by the first
+        series.start()
+        for block in simulated_blocks:
+            assert ours(fmt, block, series) == library(fmt, block)
+        series.finish()
+    samples = sum(len(f.samples) for block in simulated_blocks for f in block)
+    assert samples > 500 and len(series._kept) == samples
+
+
+_label_value = st.text(alphabet=st.sampled_from(list('ab"\\\n{}=,é\u2028 0')), max_size=8)
+_number = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**70, 2**70).map(float),
+                    st.sampled_from([0.0, -0.0, 1e6, 1234567.0, 1e21, 5e-324, 123456789.125]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(kind=st.sampled_from(["counter", "gauge"]), help_text=_label_value,
+       labels=st.lists(st.sampled_from(["zone", "device", "a", "b_2", "le"]), max_size=3, unique=True),
+       rows=st.lists(st.tuples(st.lists(_label_value, min_size=3, max_size=3), _number), max_size=6))
+def test_generated_families_are_prometheus_client_s_to_the_byte(kind, help_text, labels, rows):
+    cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+    family = cls("gpuwait_generated_bytes", help_text, labels=labels)
+    for values, number in rows:
+        family.add_metric(values[: len(labels)], number)
+    for fmt in FORMATS:
+        assert ours(fmt, [family]) == library(fmt, [family])
+
+
+def test_families_of_another_shape_are_left_to_prometheus_client():
+    with_created = CounterMetricFamily("gpuwait_made", "made", labels=["x"])
+    with_created.add_metric(["1"], 2.0, created=1700000000.0)
+    stamped = GaugeMetricFamily("gpuwait_stamped", "stamped")
+    stamped.add_metric([], 1.0, timestamp=1700000000.5)
+    with_unit = GaugeMetricFamily("gpuwait_size_bytes", "size", unit="bytes")
+    with_unit.add_metric([], 3.0)
+    info = InfoMetricFamily("gpuwait_build", "build", value={"version": "1"})
+    plain = GaugeMetricFamily("gpuwait_plain", "plain", labels=["x"])
+    plain.add_metric(['"q"'], math.inf)
+    families = [plain, with_created, stamped, with_unit, info, plain]
+    for family in families[1:5]:
+        assert not encoding._writable(family)
+    for fmt in FORMATS:
+        assert ours(fmt, families) == library(fmt, families)
+
+
+@pytest.mark.parametrize("content_type, writer", [
+    ("text/plain; version=0.0.4; charset=utf-8", encoding.encode_text),
+    ("text/plain; version=1.0.0; charset=utf-8; escaping=underscores", encoding.encode_text),
+    ("text/plain; version=1.0.0; charset=utf-8; escaping=allow-utf-8", encoding.encode_text),
+    ("application/openmetrics-text; version=1.0.0; charset=utf-8", encoding.encode_openmetrics),
+    ("application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=allow-utf-8", encoding.encode_openmetrics),
+    # Escapings that rewrite legacy names, and OpenMetrics versions with more to write.
+    ("text/plain; version=1.0.0; charset=utf-8; escaping=dots", None),
+    ("application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=values", None),
+    ("application/openmetrics-text; version=2.0.0; charset=utf-8; escaping=underscores", None),
+    ("application/json", None),
+])
+def test_the_formats_written_here(content_type, writer):
+    assert encoder_for(content_type) is writer
+
+
+def test_the_series_text_forgets_the_series_the_last_rendering_did_not_have():
+    series = SeriesText()
+    series.start()
+    assert series.text("m", ("b", "a"), ("2", "1")) == 'm{a="1",b="2"}'
+    assert series.text("m", ("b", "a"), ("3", "1")) == 'm{a="1",b="3"}'
+    assert series.text("n", (), ()) == "n"
+    series.finish()
+    series.start()
+    series.text("m", ("b", "a"), ("3", "1"))
+    series.finish()
+    assert list(series._kept) == [("m", ("3", "1"))]
