@@ -29,7 +29,6 @@ from prometheus_client.exposition import choose_encoder  # noqa: E402
 from gpuwait.cli import enabled_collectors  # noqa: E402
 from gpuwait.core.registry import resolve  # noqa: E402
 from gpuwait.core.sampler import Sampler  # noqa: E402
-from gpuwait.exposition.encoding import SeriesText  # noqa: E402
 from gpuwait.exposition.prometheus import GpuwaitCollector, _encode  # noqa: E402
 
 
@@ -73,13 +72,9 @@ def main() -> None:
     for accept in (None, "application/openmetrics-text; version=1.0.0"):
         encoder, content_type = choose_encoder(accept)
         eof = b"# EOF\n" if content_type.startswith("application/openmetrics-text") else b""
-        kept = SeriesText()
-
         def ours() -> None:
-            kept.start()
             for block in blocks:
-                _encode(encoder, block, eof, kept, content_type)
-            kept.finish()
+                _encode(encoder, block, eof, content_type)
 
         library = median_ms(lambda: [_encode(encoder, block, eof) for block in blocks], args.repeat)
         own = median_ms(ours, args.repeat)

@@ -12,7 +12,7 @@ from prometheus_client.exposition import choose_encoder
 
 from gpuwait.core.registry import registry, resolve
 from gpuwait.exposition import encoding
-from gpuwait.exposition.encoding import SeriesText, encoder_for
+from gpuwait.exposition.encoding import encoder_for
 from gpuwait.exposition.prometheus import GpuwaitCollector, _encode
 
 TEXT = choose_encoder(None)
@@ -28,11 +28,11 @@ def library(fmt, families) -> bytes:
     return _encode(encoder, families, eof)  # no content type: prometheus-client's encoder
 
 
-def ours(fmt, families, series: SeriesText | None = None) -> bytes:
+def ours(fmt, families) -> bytes:
     encoder, content_type = fmt
     assert encoder_for(content_type) is not None, content_type
     eof = b"# EOF\n" if content_type.startswith("application/openmetrics-text") else b""
-    return _encode(encoder, families, eof, series or SeriesText(), content_type)
+    return _encode(encoder, families, eof, content_type)
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +50,9 @@ def simulated_blocks():
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=["text", "text-1.0.0", "openmetrics", "openmetrics-utf8"])
 def test_a_whole_exposition_is_prometheus_client_s_to_the_byte(simulated_blocks, fmt):
-    series = SeriesText()
-    for _ in range(2):  # the second time from the series' text kept by the first
-        series.start()
-        for block in simulated_blocks:
-            assert ours(fmt, block, series) == library(fmt, block)
-        series.finish()
-    samples = sum(len(f.samples) for block in simulated_blocks for f in block)
-    assert samples > 500 and len(series._kept) == samples
+    for block in simulated_blocks:
+        assert ours(fmt, block) == library(fmt, block)
+    assert sum(len(f.samples) for block in simulated_blocks for f in block) > 500
 
 
 _label_value = st.text(alphabet=st.sampled_from(list('ab"\\\n{}=,é\u2028 0')), max_size=8)
@@ -111,14 +106,12 @@ def test_the_formats_written_here(content_type, writer):
     assert encoder_for(content_type) is writer
 
 
-def test_the_series_text_forgets_the_series_the_last_rendering_did_not_have():
-    series = SeriesText()
-    series.start()
-    assert series.text("m", ("b", "a"), ("2", "1")) == 'm{a="1",b="2"}'
-    assert series.text("m", ("b", "a"), ("3", "1")) == 'm{a="1",b="3"}'
-    assert series.text("n", (), ()) == "n"
-    series.finish()
-    series.start()
-    series.text("m", ("b", "a"), ("3", "1"))
-    series.finish()
-    assert list(series._kept) == [("m", ("3", "1"))]
+def test_a_family_whose_samples_carry_other_labels_is_written_as_each_sample_says():
+    family = GaugeMetricFamily("gpuwait_mixed", "mixed")
+    family.add_sample("gpuwait_mixed", {"z": "1", "a": 'x"y'}, 1.0)
+    family.add_sample("gpuwait_mixed", {"b": "2"}, 2.0)
+    family.add_sample("gpuwait_mixed", {}, 3.0)
+    family.add_sample("gpuwait_mixed", {"z": "3", "a": "w"}, 4.0)
+    for fmt in FORMATS:
+        assert ours(fmt, [family]) == library(fmt, [family])
+    assert b'gpuwait_mixed{a="x\\"y",z="1"} 1.0\ngpuwait_mixed{b="2"} 2.0\ngpuwait_mixed 3.0\n' in ours(TEXT, [family])

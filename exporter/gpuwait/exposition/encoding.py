@@ -1,18 +1,17 @@
 """The bytes of a scrape, in the Prometheus text format or OpenMetrics 1.0.0, written here
 rather than by prometheus-client's encoders for the formats Prometheus asks for.
 
-prometheus-client's encoders escape and sort every label of every sample at every scrape:
-on a 192-core node (3,700 series without the GPUs) that took 15 ms of a scrape's CPU in the
-text format and 31 ms in OpenMetrics, where building the families took 8 ms. The series of
-one rendering are mostly those of the last, so the ``name{labels}`` text of each series is
-kept from one rendering to the next (``SeriesText``) and a scrape writes only the values.
+prometheus-client's encoders check, escape and sort every label of every sample, one call
+each: on a 192-core node (3,700 series without the GPUs) that took 15 ms of a scrape's CPU in
+the text format and 31 ms in OpenMetrics, where building the families took 8 ms. Here a
+family's label order and line pattern are worked out once, and each line is one %-format
+of its escaped label values and its number (bench/scrape_cost.py).
 
 The output is prometheus-client's to the byte (tests/exposition compares the two on whole
 expositions and on generated label values, help texts and numbers), for the families
 gpuwait makes: counters and gauges without timestamps, exemplars or units, whose metric and
 label names are Prometheus's legacy names, in a format whose name escaping leaves those as
-they are. Anything else is left to prometheus-client (``encoder_for`` answers None).
-"""
+they are. Anything else is left to prometheus-client (``encoder_for`` answers None)."""
 
 from __future__ import annotations
 
@@ -29,50 +28,19 @@ from prometheus_client.utils import floatToGoString
 _PLAIN_ESCAPINGS = ("underscores", "allow-utf-8")
 _LEGACY_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LEGACY_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
-#: Series whose text is kept: far above a node's few thousand, so that only a runaway of
-#: label values (which the collectors bound themselves) empties it.
-MAX_SERIES = 100_000
+#: Backslash, newline and double quote escaped in one pass: what prometheus-client's chain of
+#: replacements gives, since each character is mapped once either way.
+_ESCAPES = str.maketrans({"\\": r"\\", "\n": r"\n", '"': r'\"'})
 
 
 def _escape_value(value: str) -> str:
-    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value.translate(_ESCAPES)
 
 
 def _content_type_params(content_type: str) -> tuple[str, dict[str, str]]:
     kind, *params = content_type.split(";")
     pairs = (p.strip().partition("=") for p in params)
     return kind.strip(), {k.strip(): v.strip() for k, _, v in pairs}
-
-
-class SeriesText:
-    """The ``name{labels}`` text of each series, from the last rendering that had it. One
-    rendering's encoding goes between ``start`` and ``finish``: the series it did not write
-    are then forgotten. Only one rendering is encoded at a time (the caller's lock)."""
-
-    def __init__(self) -> None:
-        self._kept: dict[tuple, str] = {}
-        self._used: dict[tuple, str] = {}
-
-    def start(self) -> None:
-        self._used = {}
-
-    def finish(self) -> None:
-        self._kept, self._used = self._used, {}
-
-    def text(self, name: str, labelnames: tuple[str, ...], values: tuple[str, ...]) -> str:
-        key = (name, values)
-        got = self._used.get(key)
-        if got is None:
-            got = self._kept.get(key)
-            if got is None:
-                if values:
-                    got = name + "{" + ",".join(f'{n}="{_escape_value(v)}"' for n, v in
-                                                sorted(zip(labelnames, values))) + "}"
-                else:
-                    got = name
-            if len(self._used) < MAX_SERIES:
-                self._used[key] = got
-        return got
 
 
 _name = attrgetter("name")
@@ -97,14 +65,21 @@ def _writable(metric: Metric) -> bool:
     return all(_LEGACY_LABEL.match(label) for names in set(map(tuple, map(_labels, samples))) for label in names)
 
 
-def _lines(metric: Metric, series: SeriesText, out: list[str]) -> None:
-    text = series.text
+def _lines(metric: Metric, out: list[str]) -> None:
+    """The family's sample lines: labels sorted by name, as prometheus-client writes them. The
+    order is worked out once per family and each line made by one %-format."""
+    pattern, order, names = "", (), None
     for sample in metric.samples:
         labels = sample[1]
-        out.append(f"{text(sample[0], tuple(labels), tuple(labels.values()))} {floatToGoString(sample[2])}\n")
+        if tuple(labels) != names:  # the first sample, or one with other labels than the last
+            names = tuple(labels)
+            order = sorted(range(len(names)), key=names.__getitem__)
+            pattern = sample[0] + ("{" + ",".join(f'{names[i]}="%s"' for i in order) + "}" if names else "") + " %s\n"
+        values = tuple(labels.values())
+        out.append(pattern % (*[values[i].translate(_ESCAPES) for i in order], floatToGoString(sample[2])))
 
 
-def encode_text(metrics: Iterable[Metric], series: SeriesText, fallback: Callable[[list[Metric]], bytes]) -> bytes:
+def encode_text(metrics: Iterable[Metric], fallback: Callable[[list[Metric]], bytes]) -> bytes:
     """The Prometheus text format (0.0.4, and 1.0.0 with legacy names)."""
     out: list[str] = []
     for metric in metrics:
@@ -114,11 +89,11 @@ def encode_text(metrics: Iterable[Metric], series: SeriesText, fallback: Callabl
         name = metric.name + "_total" if metric.type == "counter" else metric.name
         help_text = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
         out.append(f"# HELP {name} {help_text}\n# TYPE {name} {metric.type}\n")
-        _lines(metric, series, out)
+        _lines(metric, out)
     return "".join(out).encode("utf-8")
 
 
-def encode_openmetrics(metrics: Iterable[Metric], series: SeriesText, fallback: Callable[[list[Metric]], bytes]) -> bytes:
+def encode_openmetrics(metrics: Iterable[Metric], fallback: Callable[[list[Metric]], bytes]) -> bytes:
     """OpenMetrics 1.0.0, without its ``# EOF`` (the caller ends the whole body with it)."""
     out: list[str] = []
     for metric in metrics:
@@ -127,7 +102,7 @@ def encode_openmetrics(metrics: Iterable[Metric], series: SeriesText, fallback: 
             out.append(block[: -len("# EOF\n")] if block.endswith("# EOF\n") else block)
             continue
         out.append(f"# HELP {metric.name} {_escape_value(metric.documentation)}\n# TYPE {metric.name} {metric.type}\n")
-        _lines(metric, series, out)
+        _lines(metric, out)
     return "".join(out).encode("utf-8")
 
 

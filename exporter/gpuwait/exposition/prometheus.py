@@ -9,8 +9,7 @@ built at most once per ``Sampler.generation`` (bumped by every analysis pass, a 
 down or coming back, a reload), by the first scrape that finds the last rendering out of date,
 while concurrent scrapes wait for that one rendering instead of building their own. Each
 format asked for is encoded once per rendering (by ``encoding`` for the formats Prometheus
-asks for, from each series' text kept from the last rendering), and compressed once on the
-first gzip request. Only what has to be computed per scrape is: the reading ages, which grow with the
+asks for), and compressed once on the first gzip request. Only what has to be computed per scrape is: the reading ages, which grow with the
 clock, and the scrape error counters, which count scrapes.
 """
 
@@ -32,7 +31,7 @@ from gpuwait import __version__
 from gpuwait.catalog import CATALOG
 from gpuwait.core.plugin import CollectorSpec, Sample, Snapshot
 from gpuwait.core.sampler import Sampler
-from gpuwait.exposition.encoding import SeriesText, encoder_for
+from gpuwait.exposition.encoding import encoder_for
 
 log = logging.getLogger("gpuwait.exposition")
 
@@ -96,17 +95,15 @@ class _Families:
         return self.families
 
 
-def _encode(encoder: Callable[[Collector], bytes], families: list[Metric], eof: bytes,
-            series: SeriesText | None = None, content_type: str = "") -> bytes:
+def _encode(encoder: Callable[[Collector], bytes], families: list[Metric], eof: bytes, content_type: str = "") -> bytes:
     """One block of families; the OpenMetrics end marker is left to the end of the whole body.
-    Written by ``encoding`` where it writes the format, with ``series`` kept from the last
-    rendering (a fresh one when None), and by prometheus-client's ``encoder`` otherwise."""
+    Written by ``encoding`` where it writes ``content_type``, by prometheus-client's
+    ``encoder`` otherwise."""
     if not families:
         return b""
     fast = encoder_for(content_type)
     if fast is not None:
-        return fast(families, series if series is not None else SeriesText(),
-                    lambda metrics: _encode(encoder, metrics, eof))
+        return fast(families, lambda metrics: _encode(encoder, metrics, eof))
     out = encoder(_Families(families))
     if eof and out.endswith(eof):
         out = out[: -len(eof)]
@@ -154,18 +151,13 @@ class Rendering:
     was taken, so that its age can be given at each scrape."""
 
     def __init__(self, generation: int, blocks: list[list[Metric] | str], failed: tuple[str, ...],
-                 taken_at: list[tuple[str, float]], series: SeriesText | None = None,
-                 series_lock: threading.Lock | None = None) -> None:
+                 taken_at: list[tuple[str, float]]) -> None:
         self.generation = generation
         self.blocks = blocks
         self.failed = failed
         self.taken_at = taken_at
         self._encoded: dict[str, _Encoded] = {}
         self._lock = threading.Lock()
-        #: the series' text kept from rendering to rendering, shared with the collector's
-        #: other renderings under ``series_lock``
-        self._series = series if series is not None else SeriesText()
-        self._series_lock = series_lock if series_lock is not None else threading.Lock()
 
     def encoded(self, encoder: Callable[[Collector], bytes], content_type: str) -> _Encoded:
         got = self._encoded.get(content_type)
@@ -175,11 +167,7 @@ class Rendering:
             got = self._encoded.get(content_type)
             if got is None:
                 eof = b"# EOF\n" if content_type.startswith("application/openmetrics-text") else b""
-                with self._series_lock:
-                    self._series.start()
-                    parts = [None if isinstance(b, str) else _encode(encoder, b, eof, self._series, content_type)
-                             for b in self.blocks]
-                    self._series.finish()
+                parts = [None if isinstance(b, str) else _encode(encoder, b, eof, content_type) for b in self.blocks]
                 got = _Encoded(encoder, content_type, parts, eof)
                 if len(self._encoded) < MAX_CACHED_FORMATS:
                     self._encoded[content_type] = got
@@ -195,8 +183,6 @@ class GpuwaitCollector(Collector):
         self._scrape_lock = threading.Lock()
         self._render_lock = threading.Lock()
         self._rendering: Rendering | None = None
-        self._series = SeriesText()
-        self._series_lock = threading.Lock()
 
     # -- a scrape ----------------------------------------------------------------------------
     def serve(self, encoder: Callable[[Collector], bytes], content_type: str, gzipped: bool) -> tuple[bytes, dict[str, str]]:
@@ -204,8 +190,7 @@ class GpuwaitCollector(Collector):
         (body, extra headers), the body made from the current rendering."""
         rendering = self.current()
         encoded = rendering.encoded(encoder, content_type)
-        dynamic = [_encode(encoded.encoder, families, encoded.eof, None, content_type)
-                   for families in self._scraped(rendering)]
+        dynamic = [_encode(encoded.encoder, families, encoded.eof, content_type) for families in self._scraped(rendering)]
         if gzipped:
             return encoded.gzip_body(dynamic), {"Content-Encoding": "gzip"}
         return encoded.body(dynamic), {}
@@ -294,7 +279,7 @@ class GpuwaitCollector(Collector):
                 blocks += [static, per_scrape]
                 static = []
         blocks.append(static)
-        return Rendering(generation, blocks, tuple(failed), taken_at, self._series, self._series_lock)
+        return Rendering(generation, blocks, tuple(failed), taken_at)
 
     def _self_samples(self, taken_at: dict[str, float]) -> Iterator[Sample]:
         """The exporter's own families; those given per scrape (a reading age for each source
