@@ -65,23 +65,34 @@ def _writable(metric: Metric) -> bool:
     return all(_LEGACY_LABEL.match(label) for names in set(map(tuple, map(_labels, samples))) for label in names)
 
 
-def _lines(metric: Metric, out: list[str]) -> None:
+class _Escaped(dict):
+    """Label values escaped, each once per encoding: a node's values repeat from series to
+    series (a GPU's index and UUID, a pod's name, a mode)."""
+
+    def __missing__(self, value: str) -> str:
+        escaped = self[value] = value.translate(_ESCAPES)
+        return escaped
+
+
+def _lines(metric: Metric, out: list[str], escaped: _Escaped) -> None:
     """The family's sample lines: labels sorted by name, as prometheus-client writes them. The
-    order is worked out once per family and each line made by one %-format."""
-    pattern, order, names = "", (), None
+    order is worked out once per family (again for a sample with other labels than the last)
+    and each line made by one %-format."""
+    pattern, names, keys = "", (), None
+    escape = escaped.__getitem__
     for sample in metric.samples:
         labels = sample[1]
-        if tuple(labels) != names:  # the first sample, or one with other labels than the last
-            names = tuple(labels)
-            order = sorted(range(len(names)), key=names.__getitem__)
-            pattern = sample[0] + ("{" + ",".join(f'{names[i]}="%s"' for i in order) + "}" if names else "") + " %s\n"
-        values = tuple(labels.values())
-        out.append(pattern % (*[values[i].translate(_ESCAPES) for i in order], floatToGoString(sample[2])))
+        if labels.keys() != keys:
+            keys = labels.keys()
+            names = sorted(keys)
+            pattern = sample[0] + ("{" + ",".join(f'{n}="%s"' for n in names) + "}" if names else "") + " %s\n"
+        out.append(pattern % (*map(escape, map(labels.__getitem__, names)), floatToGoString(sample[2])))
 
 
 def encode_text(metrics: Iterable[Metric], fallback: Callable[[list[Metric]], bytes]) -> bytes:
     """The Prometheus text format (0.0.4, and 1.0.0 with legacy names)."""
     out: list[str] = []
+    escaped = _Escaped()
     for metric in metrics:
         if not _writable(metric):
             out.append(fallback([metric]).decode("utf-8"))
@@ -89,20 +100,21 @@ def encode_text(metrics: Iterable[Metric], fallback: Callable[[list[Metric]], by
         name = metric.name + "_total" if metric.type == "counter" else metric.name
         help_text = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
         out.append(f"# HELP {name} {help_text}\n# TYPE {name} {metric.type}\n")
-        _lines(metric, out)
+        _lines(metric, out, escaped)
     return "".join(out).encode("utf-8")
 
 
 def encode_openmetrics(metrics: Iterable[Metric], fallback: Callable[[list[Metric]], bytes]) -> bytes:
     """OpenMetrics 1.0.0, without its ``# EOF`` (the caller ends the whole body with it)."""
     out: list[str] = []
+    escaped = _Escaped()
     for metric in metrics:
         if not _writable(metric):
             block = fallback([metric]).decode("utf-8")
             out.append(block[: -len("# EOF\n")] if block.endswith("# EOF\n") else block)
             continue
         out.append(f"# HELP {metric.name} {_escape_value(metric.documentation)}\n# TYPE {metric.name} {metric.type}\n")
-        _lines(metric, out)
+        _lines(metric, out, escaped)
     return "".join(out).encode("utf-8")
 
 
