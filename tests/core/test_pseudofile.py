@@ -165,10 +165,12 @@ def test_retain_closes_the_descriptors_of_files_no_longer_read():
 
 
 def test_a_kept_descriptor_held_by_a_hung_read_is_not_read_again_until_it_returns(monkeypatch):
-    # A firmware that does not answer blocks the read in the driver; staged here at pread.
+    # A firmware that does not answer blocks the read in the driver (an HCA's counters, read
+    # through read_unless_hung); staged here at pread.
     kept = pseudofile.KeptDescriptors()
     path = "/proc/uptime"
-    kept.read(path)
+    read_unless_hung(path, None, kept)
+    assert len(kept) == 1
     release = threading.Event()
     real_pread = os.pread
 
@@ -178,20 +180,40 @@ def test_a_kept_descriptor_held_by_a_hung_read_is_not_read_again_until_it_return
 
     monkeypatch.setattr(os, "pread", hung_pread)
     results: list[str] = []
-    blocked = threading.Thread(target=lambda: results.append(kept.read(path)), daemon=True)
+    blocked = threading.Thread(target=lambda: results.append(read_unless_hung(path, None, kept)), daemon=True)
     blocked.start()
     wait_until(lambda: in_flight(path))
     assert len(kept) == 0  # the hung read holds the descriptor
     time.sleep(pseudofile.BLOCKED_AFTER_SECONDS)
     with pytest.raises(StillReading):
-        kept.read(path)
+        read_unless_hung(path, None, kept)
     release.set()
     blocked.join(5)
     assert results and float(results[0].split()[0]) > 0
     assert len(kept) == 1  # given back once the read returned
     monkeypatch.setattr(os, "pread", real_pread)
-    assert float(kept.read(path).split()[0]) > 0
+    assert float(read_unless_hung(path, None, kept).split()[0]) > 0
     kept.close()
+
+
+def test_a_file_replaced_by_a_fifo_is_not_opened_to_be_kept(tmp_path):
+    # A procfs copy whose file became a FIFO nobody writes (the fault matrix's hung read): the
+    # read blocks where any open would, and only there, on the caller's thread.
+    path = tmp_path / "stat"
+    path.write_text("cpu0 1 2 3 4\n")
+    kept = pseudofile.KeptDescriptors(devices=frozenset({os.stat(tmp_path).st_dev}))  # as if a kernel filesystem
+    assert kept.read(str(path)) == "cpu0 1 2 3 4\n" and len(kept) == 1
+    kept.close()
+    path.unlink()
+    os.mkfifo(path)
+    fifo = pseudofile.KeptDescriptors(devices=frozenset({os.stat(tmp_path).st_dev}))
+    reader = threading.Thread(target=lambda: fifo.read(str(path)), daemon=True)
+    reader.start()
+    writer = os.open(path, os.O_WRONLY)  # the reader's open returns once a writer comes
+    os.write(writer, b"7\n")
+    os.close(writer)
+    reader.join(5)
+    assert not reader.is_alive() and len(fifo) == 0  # read once, and not opened again to be kept
 
 
 MOUNTINFO = """\

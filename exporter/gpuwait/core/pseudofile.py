@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterable
@@ -205,8 +206,9 @@ class KeptDescriptors:
     are kept: any other file may be replaced under its name (a copied tree, a bind-mounted
     snapshot), which a kept descriptor would not see. A kept descriptor whose read fails (a
     device removed answers ENODEV) is closed and the file opened afresh, which tells a file
-    gone from one failing. Used through ``read_unless_hung``, so a hung read keeps its
-    descriptor out of use until it returns."""
+    gone from one failing. ``read`` and ``read_text`` are ``read`` and ``read_text`` through
+    it; ``read_unless_hung(path, limit, kept)`` for files that may hang in their driver, where
+    a hung read keeps its descriptor out of use until it returns."""
 
     def __init__(self, devices: frozenset[int] | None = None) -> None:
         self._devices = devices
@@ -226,13 +228,9 @@ class KeptDescriptors:
         if not kernel:
             if path in self._elsewhere:
                 return False
-            devices = self._devices
-            if devices is None:
-                devices = self._devices = kernel_filesystem_devices()
             try:
-                if os.fstat(fd).st_dev not in devices:
-                    if len(self._elsewhere) < MAX_ELSEWHERE:
-                        self._elsewhere.add(path)
+                if os.fstat(fd).st_dev not in self._kernel_devices():
+                    self._remember_elsewhere(path)
                     return False
             except OSError:
                 return False
@@ -243,15 +241,52 @@ class KeptDescriptors:
         return True
 
     def read(self, path: str, limit: int | None = None) -> str:
-        """``read_unless_hung`` through this set's descriptors; raises OSError."""
-        return read_unless_hung(path, limit, self)
+        """``read``, through the descriptor kept for the file where it is a kernel file; raises
+        OSError. A file first read is read as ``read`` reads it, then a descriptor is opened
+        for the next reads if it is a kernel file (a stat first: opening a FIFO in its place
+        would block)."""
+        fd = self.take(path)
+        if fd is not None:
+            try:
+                data = _pread_descriptor(fd, limit)
+            except OSError:
+                os.close(fd)  # gone (ENODEV, ESRCH) or failing: a fresh open says which
+            else:
+                if not self.keep(path, fd, True):
+                    os.close(fd)
+                return data.decode("utf-8", errors="replace")
+        text = read(path, limit)
+        if path not in self._elsewhere:
+            self._adopt(path)
+        return text
+
+    def _adopt(self, path: str) -> None:
+        try:
+            info = os.stat(path)
+            if not stat.S_ISREG(info.st_mode) or info.st_dev not in self._kernel_devices():
+                self._remember_elsewhere(path)
+                return
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return
+        if not self.keep(path, fd, True):
+            os.close(fd)
 
     def read_text(self, path: str, limit: int | None = None) -> str:
         """``read_text`` through this set's descriptors: every OS failure a SourceError."""
         try:
-            return read_unless_hung(path, limit, self)
+            return self.read(path, limit)
         except OSError as e:
             raise SourceError(os_cause(path, e), str(e)) from None
+
+    def _kernel_devices(self) -> frozenset[int]:
+        if self._devices is None:
+            self._devices = kernel_filesystem_devices()
+        return self._devices
+
+    def _remember_elsewhere(self, path: str) -> None:
+        if len(self._elsewhere) < MAX_ELSEWHERE:
+            self._elsewhere.add(path)
 
     def retain(self, paths: Iterable[str]) -> None:
         """Close the descriptors of every path not in ``paths`` (devices no longer listed)."""

@@ -222,14 +222,14 @@ def test_source_with_psi_disabled_at_boot_is_no_data(tmp_path, monkeypatch):
     # psi=0 keeps the files, and the kernel fails every read of them with EOPNOTSUPP; a
     # regular file cannot fail that way, so the error is staged at the read.
     source = _tree(tmp_path, cpu=_VALID, io=_VALID, memory=_VALID)
-    real_read = pseudofile.read_unless_hung
+    real_read = pseudofile.read
 
-    def disabled(path, limit=None, kept=None):
+    def disabled(path, limit=None):
         if "/pressure/" in path:
             raise OSError(errno.EOPNOTSUPP, "Operation not supported", path)
-        return real_read(path, limit, kept)
+        return real_read(path, limit)
 
-    monkeypatch.setattr(pseudofile, "read_unless_hung", disabled)
+    monkeypatch.setattr(pseudofile, "read", disabled)
     with pytest.raises(NoData) as e:
         source.read()
     assert e.value.cause == f"unavailable:{tmp_path}/proc/pressure"
