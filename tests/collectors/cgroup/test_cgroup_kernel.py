@@ -205,11 +205,18 @@ def test_throttling_cpu_and_direct_reads_of_a_real_cgroup(kernel_cgroup, tmp_pat
     # (throttled_time, sched-bwc.rst): while the busy loop ran alone, one run queue was
     # throttled for what is left of each period, at most the time it neither ran nor waited
     # for a CPU, 1 - cores seconds a second. Once the reader is runnable on another CPU at the
-    # same time, its run queue adds its own.
+    # same time, its run queue adds its own. The kernel adds a throttled spell to the counter
+    # when it ends, so a short window may hold one spell more than its own span: up to
+    # period - quota seconds over the window's length.
     alone_throttling = window.throttled_ratio(alone, oid)
     alone_cores = window.cpu_cores(alone, oid).mean
+    alone_span = alone.times[-1] - alone.times[0]
+    one_spell = (PERIOD_US - QUOTA_US) / 1e6 / alone_span
     assert alone_throttling.ratio >= 0.75, alone_throttling
-    assert 0.0 < alone_throttling.throttled_seconds_rate <= 1.0 - alone_cores + 0.05, alone_throttling
+    assert 0.0 < alone_throttling.throttled_seconds_rate <= 1.0 - alone_cores + one_spell + 0.02, (
+        alone_throttling,
+        alone_span,
+    )
     assert throttling.throttled_seconds_rate > 0.0
 
     # Every byte read with O_DIRECT went to the disk, counted once in the cgroup's IO.
