@@ -1,7 +1,8 @@
 """What a scrape costs gpuwait in CPU: building the families from what the sampler holds (once
 per analysis pass, by the first scrape after it), then encoding them, in the Prometheus text
 format and in OpenMetrics 1.0.0 (what Prometheus asks for first), with gpuwait's encoder and
-with prometheus-client's, timed in one thread of one process.
+with prometheus-client's (which first needs its own families made from gpuwait's, as a format
+only it writes does), timed in one thread of one process.
 
     python3 bench/bignode.py build BIG --size big
     PYTHONPATH=exporter python3 bench/scrape_cost.py --tree BIG [--gpus] [--fill 20] [--repeat 20]

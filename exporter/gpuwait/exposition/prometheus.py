@@ -16,15 +16,14 @@ clock, and the scrape error counters, which count scrapes.
 from __future__ import annotations
 
 import logging
-import math
 import platform
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from gpuwait import __version__
@@ -32,41 +31,9 @@ from gpuwait.catalog import CATALOG
 from gpuwait.core.plugin import CollectorSpec, Sample, Snapshot
 from gpuwait.core.sampler import Sampler
 from gpuwait.exposition.encoding import encoder_for
+from gpuwait.exposition.family import Family, FamilyBuilder
 
 log = logging.getLogger("gpuwait.exposition")
-
-
-class UnknownMetric(KeyError):
-    pass
-
-
-class FamilyBuilder:
-    """Groups samples into families declared by the catalog, in catalog order."""
-
-    def __init__(self) -> None:
-        self._families: dict[str, Metric] = {}
-
-    def add(self, sample: Sample) -> None:
-        spec = CATALOG.get(sample.name)
-        if spec is None:
-            raise UnknownMetric(f"{sample.name} is not in the metric catalog")
-        if len(sample.labels) != len(spec.labels):
-            raise ValueError(f"{sample.name}: expected labels {spec.labels}, got {sample.labels}")
-        if sample.value is None or (isinstance(sample.value, float) and math.isnan(sample.value)):
-            return  # not available: the series is absent rather than NaN
-        family = self._families.get(spec.name)
-        if family is None:
-            cls = CounterMetricFamily if spec.type == "counter" else GaugeMetricFamily
-            family = cls(spec.family_name, spec.help_text, labels=spec.labels)
-            self._families[spec.name] = family
-        family.add_metric(list(sample.labels), float(sample.value))
-
-    def extend(self, samples: Iterable[Sample]) -> None:
-        for sample in samples:
-            self.add(sample)
-
-    def families(self) -> list[Metric]:
-        return list(self._families.values())
 
 
 #: Families whose values are computed at each scrape; every other family is rendered once.
@@ -95,7 +62,7 @@ class _Families:
         return self.families
 
 
-def _encode(encoder: Callable[[Collector], bytes], families: list[Metric], eof: bytes, content_type: str = "") -> bytes:
+def _encode(encoder: Callable[[Collector], bytes], families: list[Family], eof: bytes, content_type: str = "") -> bytes:
     """One block of families; the OpenMetrics end marker is left to the end of the whole body.
     Written by ``encoding`` where it writes ``content_type``, by prometheus-client's
     ``encoder`` otherwise."""
@@ -103,8 +70,8 @@ def _encode(encoder: Callable[[Collector], bytes], families: list[Metric], eof: 
         return b""
     fast = encoder_for(content_type)
     if fast is not None:
-        return fast(families, lambda metrics: _encode(encoder, metrics, eof))
-    out = encoder(_Families(families))
+        return fast(families)
+    out = encoder(_Families([family.metric() for family in families]))
     if eof and out.endswith(eof):
         out = out[: -len(eof)]
     return out
@@ -150,7 +117,7 @@ class Rendering:
     of it, ``taken_at`` when the reading behind each source's series (for those serving one)
     was taken, so that its age can be given at each scrape."""
 
-    def __init__(self, generation: int, blocks: list[list[Metric] | str], failed: tuple[str, ...],
+    def __init__(self, generation: int, blocks: list[list[Family] | str], failed: tuple[str, ...],
                  taken_at: list[tuple[str, float]]) -> None:
         self.generation = generation
         self.blocks = blocks
@@ -200,7 +167,7 @@ class GpuwaitCollector(Collector):
         rendering = self.render(self.sampler.generation)
         dynamic = iter(self._scraped(rendering))
         for block in rendering.blocks:
-            yield from (next(dynamic) if isinstance(block, str) else block)
+            yield from (family.metric() for family in (next(dynamic) if isinstance(block, str) else block))
 
     def current(self) -> Rendering:
         """The rendering of the sampler's current generation, made now if there is none yet."""
@@ -218,7 +185,7 @@ class GpuwaitCollector(Collector):
                 rendering = self._rendering = self.render(generation)
             return rendering
 
-    def _scraped(self, rendering: Rendering) -> list[list[Metric]]:
+    def _scraped(self, rendering: Rendering) -> list[list[Family]]:
         """The per-scrape families of one scrape served from ``rendering``, in block order: a
         collector left out of it is left out of this scrape, and counted for it."""
         with self._scrape_lock:
@@ -252,7 +219,7 @@ class GpuwaitCollector(Collector):
             if taken is not None and snapshots[name].reading is not None:
                 taken_at.append((name, taken))
         failed = []
-        collected: list[Metric] = []
+        collected: list[Family] = []
         for collector in self.collectors:
             builder = FamilyBuilder()
             try:
@@ -267,10 +234,10 @@ class GpuwaitCollector(Collector):
                     log.error("collector %s failed to map its data; left out of the scrape", collector.name, exc_info=True)
                 continue
             collected.extend(builder.families())
-        blocks: list[list[Metric] | str] = [collected]
+        blocks: list[list[Family] | str] = [collected]
         builder = FamilyBuilder()
         builder.extend(self._self_samples(dict(taken_at)))
-        static: list[Metric] = []
+        static: list[Family] = []
         for family in builder.families():
             per_scrape = _PER_SCRAPE_FAMILIES.get(family.name)
             if per_scrape is None:

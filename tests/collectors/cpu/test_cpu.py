@@ -21,7 +21,7 @@ from gpuwait.core.plugin import Snapshot
 from gpuwait.core.reading import Reading
 from gpuwait.core.ring import ColumnRing, WindowView
 from gpuwait.core.source import HostPaths
-from gpuwait.exposition.prometheus import FamilyBuilder
+from gpuwait.exposition.family import FamilyBuilder
 
 FIXTURE_STAT = (HOST_TREE / "proc" / "stat").read_text()
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gpuwait.core.plugin import Snapshot
 from gpuwait.core.registry import resolve
 from gpuwait.collectors.gpu import metrics as gpu_exposition
-from gpuwait.exposition.prometheus import FamilyBuilder
+from gpuwait.exposition.family import FamilyBuilder
 from gpuwait.core.ring import ColumnRing
 from gpuwait.core.source import HostPaths
 from gpuwait.collectors.gpu.source import GpuDeviceSource, GpuSource, fast_rows

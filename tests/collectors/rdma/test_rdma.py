@@ -20,7 +20,7 @@ from fuzz import examples, only_parse_errors, texts
 from gpuwait.collectors.rdma import parse as rdma_parse
 from gpuwait.core.plugin import Snapshot
 from gpuwait.core.errors import NoData, ParseError
-from gpuwait.exposition.prometheus import FamilyBuilder
+from gpuwait.exposition.family import FamilyBuilder
 from gpuwait.collectors.rdma.metrics import expose
 from gpuwait.collectors.rdma.parse import (
     LinkRate,
