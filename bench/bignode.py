@@ -51,10 +51,22 @@ def proc_stat(cores: int, tick: int) -> str:
         total = [a + b for a, b in zip(total, row)]
         lines.append(f"cpu{n} " + " ".join(map(str, row)))
     head = "cpu  " + " ".join(map(str, total))
-    tail = [f"intr {1_000_000 + tick * 5000} 0 0", f"ctxt {5_000_000 + tick * 40_000}", "btime 1795950121",
+    tail = [proc_stat_intr(cores, tick), f"ctxt {5_000_000 + tick * 40_000}", "btime 1795950121",
             f"processes {2_000_000 + tick}", f"procs_running {3 + tick % 9}", f"procs_blocked {tick % 3}",
             f"softirq {900_000 + tick * 700} 0 0 0 0 0 0 0 0 0 0"]
     return "\n".join([head, *lines, *tail]) + "\n"
+
+
+def proc_stat_intr(cores: int, tick: int) -> str:
+    """The ``intr`` line: the total, then one count per IRQ number below the kernel's nr_irqs,
+    which x86 sizes at boot from the CPUs and the IO-APIC pins (arch_probe_nr_irqs in
+    arch/x86/kernel/apic/vector.c: 16 legacy + gsi_top + 8 per CPU, + 16 per pin for MSI).
+    One 24-pin IO-APIC per 48 cores is assumed; that gives 440 counts for 2 CPUs, where a
+    2-CPU VM's kernel printed 425. The per-CPU vectors (device queues) count, the rest stay 0."""
+    pins = 24 * max(1, cores // 48)
+    irqs = 16 + pins + 8 * cores + 16 * pins
+    counts = [(i * 7 + tick * 3) if 16 <= i < 16 + 8 * cores and i % 3 == 0 else 0 for i in range(irqs)]
+    return f"intr {sum(counts)} " + " ".join(map(str, counts))
 
 
 def _busy_jiffies(core: int, tick: int) -> int:

@@ -112,6 +112,16 @@ def test_the_single_pass_reads_the_usual_file_as_the_careful_parser_does():
         assert bad == () and core_seconds(text, EXPORTED_MODES, 250) == (cores, running, blocked)
 
 
+def test_lines_neither_parser_reads_are_passed_over_whatever_their_length():
+    # A big node's intr line holds a count per IRQ number (thousands); lines may be indented.
+    intr = "intr 99 " + " ".join(str(i % 7) for i in range(4000))
+    text = f"cpu  10 0 5 100\n cpu0 10 0 5 100\n{intr}\n\tprocs_running 4\nsoftirq 1 2 3\n"
+    cores, running, blocked, bad = _careful(text, 100)
+    assert bad == () and cores == {"0": dict(zip(EXPORTED_MODES, (0.1, 0.0, 0.05, 1.0)))} and running == 4
+    assert core_seconds(text, EXPORTED_MODES, 100) == (cores, running, blocked)
+    assert parse_proc_stat(text.replace("intr 99 ", "intr x ")).bad_lines == ()
+
+
 @pytest.mark.parametrize("text", [
     "cpu0 1 2 -3 4\n", "cpu0 1 2 x 4\n", "cpu0 1 2 3\n", "cpuX 1 2 3 4\n", "cpu0 1 2 3 4\ncpu0 1 2 3 4\n",
     "cpu0 1 2 3 4\nprocs_running\n", "cpu0 1 2 3 4\nprocs_blocked 1 2\n", "intr 1 2\n", "",

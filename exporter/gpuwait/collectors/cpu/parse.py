@@ -31,6 +31,19 @@ class ProcStat:
     bad_lines: tuple[tuple[str, str], ...] = ()
 
 
+def _split_if_wanted(line: str) -> list[str] | None:
+    """The line's fields if it is a cpu line or one of _SINGLE_FIELDS, else None. The others
+    are not split: ``intr`` has a count per IRQ number the kernel can hand out, thousands on a
+    big node (x86 sizes them at 8 per CPU plus 16 per IO-APIC pin), which would cost more to
+    split than every cpu line together."""
+    if line.startswith("cpu"):
+        return line.split()
+    head = line.split(None, 1)
+    if head and (head[0].startswith("cpu") or head[0] in _SINGLE_FIELDS):
+        return line.split()
+    return None
+
+
 def _cpu_line(lineno: int, key: str, parts: list[str]) -> tuple[str, dict[str, int]]:
     name = key[3:] or "cpu"
     if name != "cpu" and not (name.isascii() and name.isdigit()):
@@ -53,7 +66,7 @@ def parse_proc_stat(text: str) -> ProcStat:
     fields: dict[str, int] = {}
     bad: list[tuple[str, str]] = []
     for lineno, line in enumerate(text.splitlines(), 1):
-        parts = line.split()
+        parts = line.split() if line.startswith("cpu") else _split_if_wanted(line)
         if not parts:
             continue
         key = parts[0]
@@ -107,7 +120,8 @@ def core_seconds(text: str, modes: tuple[str, ...], ticks_per_second: float
     per_tick = repeat(float(ticks_per_second))
     width = len(modes) + 1
     try:
-        for parts in map(str.split, text.splitlines()):
+        for line in text.splitlines():
+            parts = line.split() if line.startswith("cpu") else _split_if_wanted(line)
             if not parts:
                 continue
             key = parts[0]
