@@ -5,6 +5,7 @@ look-alikes), sync and network evidence, the CPU quota sign, owner scope and hys
 import math
 
 import pytest
+from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from gpuwait.analysis.activity import GpuActivity, centred, gpu_activity
 from gpuwait.analysis.attribution import DIRECT, HOST, INFERRED
@@ -12,7 +13,7 @@ from gpuwait.analysis.evidence.data_pipeline import DataPipeline
 from gpuwait.analysis.evidence.network import _in_waits
 from gpuwait.analysis.evidence.sync import sync
 from gpuwait.analysis.timeseries import Grid
-from gpuwait.analysis.verdict import Hysteresis, _Owned, _raised
+from gpuwait.analysis.verdict import Hysteresis, _Owned, _raised, _widened
 from gpuwait.analysis.attribution import Attribution
 from gpuwait.core.facts import CAUSES
 from gpuwait.core.plugin import AnalysisInputs
@@ -603,3 +604,13 @@ def test_the_node_names_what_holds_its_gpus_back_not_the_barrier():
     assert _node_verdict([gpu(0, "host_transfer")] + [gpu(i, "sync") for i in range(1, 8)]) == "host_transfer"
     # A straggler that computes longer has nothing named: the barrier is the node's wait.
     assert _node_verdict([gpu(0, "none")] + [gpu(i, "sync") for i in range(1, 8)]) == "sync"
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.0, math.nan]), max_size=9))
+def test_widened_is_the_largest_of_each_instant_and_its_neighbours_nan_as_max_leaves_it(values):
+    got = _widened(values)
+    assert len(got) == len(values)
+    for i, value in enumerate(got):
+        expected = max(values[max(0, i - 1):i + 2])
+        assert value == expected or (value != value and expected != expected), (values, i)

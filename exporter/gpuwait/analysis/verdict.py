@@ -420,8 +420,12 @@ def _spinning(owner_of: dict[tuple[str, str], str], activity: dict[tuple[str, st
 
 def _widened(values: Sequence[float]) -> list[float]:
     """Each instant's value, or its neighbours' where larger (one sampling interval either side)."""
-    n = len(values)
-    return [max(values[max(0, i - 1):i + 2]) for i in range(n)]
+    v = list(values)
+    if len(v) < 2:
+        return v
+    # max over the same neighbours in the same order as one slice each would, so NaN falls out
+    # the same way (max keeps its first argument unless a later one compares greater).
+    return [max(v[0], v[1]), *map(max, v, v[1:], v[2:]), max(v[-2], v[-1])]
 
 
 def _filled(values: Sequence[float], default: float) -> list[float]:
