@@ -32,12 +32,11 @@ class ProcStat:
 
 
 def _split_if_wanted(line: str) -> list[str] | None:
-    """The line's fields if it is a cpu line or one of _SINGLE_FIELDS, else None. The others
+    """For a line that does not start with ``cpu`` (the parsers split those at once): its
+    fields if it is an indented cpu line or one of _SINGLE_FIELDS, else None. The others
     are not split: ``intr`` has a count per IRQ number the kernel can hand out, thousands on a
     big node (x86 sizes them at 8 per CPU plus 16 per IO-APIC pin), which would cost more to
     split than every cpu line together."""
-    if line.startswith("cpu"):
-        return line.split()
     head = line.split(None, 1)
     if head and (head[0].startswith("cpu") or head[0] in _SINGLE_FIELDS):
         return line.split()
