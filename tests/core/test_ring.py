@@ -227,3 +227,75 @@ def test_a_view_hands_out_a_column_as_stored_or_as_a_list_with_the_same_values()
     assert len(absent) == 4 and all(v != v for v in absent)
     plain = WindowView([0.0, 1.0], {"c": [1.0, 2.0]})
     assert plain.values("c") == [1.0, 2.0]
+
+
+# -- rows handed over as one key tuple and a list of values ---------------------------------
+
+from gpuwait.core.ring import ColumnRow, RowKeys  # noqa: E402
+
+
+def _same_views(a, b) -> None:
+    va, vb = a.view(), b.view()
+    assert list(va.times) == list(vb.times) and list(va.columns) == list(vb.columns)
+    for key in va.columns:
+        assert [x if x == x else "nan" for x in va.columns[key]] == [x if x == x else "nan" for x in vb.columns[key]]
+        assert va.steady(key) == vb.steady(key) and va.increase(key) == vb.increase(key)
+
+
+#: Per row, the devices present (in the order a kernel lists them) and a value step.
+#: Runs of one device list and of missing values long enough for the ring to drop a column.
+_device_rows = st.lists(st.tuples(st.one_of(st.sampled_from([["p", "q"], ["q", "p", "r"], []]),
+                                            st.lists(st.sampled_from("pqrs"), unique=True, max_size=4)),
+                                  st.one_of(st.sampled_from([1.0, 2.5, math.nan]), st.floats(0, 1e3))),
+                        max_size=30)
+
+
+@given(capacity=st.integers(2, 6), rows=_device_rows)
+def test_a_ring_takes_a_column_row_as_it_takes_the_same_mapping(capacity, rows):
+    """Devices appear, vanish and change order: the ring holding rows given as ColumnRows is
+    the ring holding the same rows given as dicts, view for view."""
+    keys_of = RowKeys(("x", "y"))
+    by_row, by_dict = ColumnRing(capacity), ColumnRing(capacity)
+    total = 0.0
+    for i, (devices, step) in enumerate(rows):
+        total += step if step == step else 0.0
+        values = [total if step == step else math.nan for _ in range(2 * len(devices))] + [float(i)]
+        row = ColumnRow(keys_of(devices, ("clock",)), values)
+        by_row.append(i * 0.1, row)
+        by_dict.append(i * 0.1, dict(zip(row.keys_in_order, row.values_in_order)))
+        _same_views(by_row, by_dict)
+
+
+def test_a_column_dropped_and_back_or_a_new_order_costs_one_plan_per_key_tuple():
+    keys_of = RowKeys(("x",))
+    by_row, by_dict = ColumnRing(2), ColumnRing(2)
+    rows = [(["p", "q"], math.nan), (["p", "q"], math.nan), (["p", "q"], math.nan),  # dropped: a lap of NaN
+            (["p", "q"], 1.0), (["q", "p"], 2.0), (["q"], 3.0), (["q", "p", "r"], 4.0)]
+    plans = []
+    for i, (devices, value) in enumerate(rows):
+        row = ColumnRow(keys_of(devices, ("clock",)), [value] * len(devices) + [float(i)])
+        by_row.append(i * 0.1, row)
+        by_dict.append(i * 0.1, dict(row))
+        _same_views(by_row, by_dict)
+        plans.append(by_row._row_plan)
+    assert by_row.view().columns[("x", "p")][-1] == 4.0 and math.isnan(by_row.view().columns[("x", "p")][0])
+    # Back after the drop, the columns sit after "clock": the rows are put in the ring's order,
+    # by one plan that the next row with the same keys reuses; other keys, another plan.
+    assert plans[2][1] == [2, 0, 1] and plans[3] is plans[2] and plans[4] is not plans[3]
+
+
+def test_row_keys_are_one_tuple_while_the_items_stay():
+    keys_of = RowKeys(("x", "y"))
+    first = keys_of(["a", "b"], ("n",))
+    assert first == (("x", "a"), ("y", "a"), ("x", "b"), ("y", "b"), "n")
+    assert keys_of(["a", "b"], ("n",)) is first
+    assert keys_of(["a", "b"]) == first[:-1]
+    assert keys_of(["b", "a"], ("n",)) == (("x", "b"), ("y", "b"), ("x", "a"), ("y", "a"), "n")
+
+
+def test_a_column_row_is_the_mapping_it_stands_for():
+    row = ColumnRow((("x", "a"), "n"), [1.5, 2.0])
+    assert row == {("x", "a"): 1.5, "n": 2.0} and dict(row) == {("x", "a"): 1.5, "n": 2.0}
+    assert list(row) == [("x", "a"), "n"] and len(row) == 2 and row.get("m") is None
+    with pytest.raises(ValueError):
+        ColumnRow(("x",), [1.0, 2.0])

@@ -300,6 +300,59 @@ class RateShape:
         return self._moments.variation()
 
 
+class ColumnRow(Mapping):
+    """A row of values whose keys a source hands over as the same tuple sample after sample
+    (its cores, its disks): a ring works out once per tuple where each of its columns is in
+    the row, where a mapping costs a lookup, and so a hash of each key, per column and row."""
+
+    __slots__ = ("keys_in_order", "values_in_order", "_by_key")
+
+    def __init__(self, keys_in_order: tuple[Hashable, ...], values_in_order: Sequence[float]) -> None:
+        if len(keys_in_order) != len(values_in_order):
+            raise ValueError(f"{len(keys_in_order)} keys for {len(values_in_order)} values")
+        self.keys_in_order = keys_in_order
+        self.values_in_order = values_in_order
+        self._by_key: dict[Hashable, float] | None = None
+
+    def _mapping(self) -> dict[Hashable, float]:
+        if self._by_key is None:
+            self._by_key = dict(zip(self.keys_in_order, self.values_in_order))
+        return self._by_key
+
+    def __getitem__(self, key: Hashable) -> float:
+        return self._mapping()[key]
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(self.keys_in_order)
+
+    def __len__(self) -> int:
+        return len(self.keys_in_order)
+
+    def __repr__(self) -> str:
+        return f"ColumnRow({self._mapping()!r})"
+
+
+class RowKeys:
+    """The keys of a ColumnRow of values per item (a core, a device) and kind, ``(kind, item)``
+    item after item, then ``extra``: one tuple, made again only when the items change, so that
+    a ring holding those columns takes each row without a lookup."""
+
+    __slots__ = ("kinds", "_made")
+
+    def __init__(self, kinds: tuple[Hashable, ...]) -> None:
+        self.kinds = kinds
+        #: what the keys were made for, and the keys, in one tuple that a reader on another
+        #: thread sees whole
+        self._made: tuple[tuple[Sequence[Hashable], tuple[Hashable, ...]], tuple[Hashable, ...]] = (((), ()), ())
+
+    def __call__(self, items: Sequence[Hashable], extra: tuple[Hashable, ...] = ()) -> tuple[Hashable, ...]:
+        made_for, keys = self._made
+        if made_for[0] != items or made_for[1] != extra:
+            keys = tuple((kind, item) for item in items for kind in self.kinds) + extra
+            self._made = ((items, extra), keys)
+        return keys
+
+
 class ColumnRing:
     """The rows of a window, oldest overwritten first.
 
@@ -319,6 +372,9 @@ class ColumnRing:
         #: so that a view may keep the one it was made with
         self._index: dict[Hashable, int] = {}
         self._keys: list[Hashable] = []
+        #: the key tuple of the last ColumnRow and where each column of a row takes its value
+        #: from in it (None: the same order, all of them; the row's length: none, NaN)
+        self._row_plan: tuple[tuple[Hashable, ...], list[int] | None] | None = None
         self._rows = array("d")
         #: Per column, the consecutive pairs of held rows that are not a step forward
         #: (``not prev <= cur``, which NaN on either side fails too).
@@ -343,11 +399,20 @@ class ColumnRing:
         return len(self._keys)
 
     def append(self, t: float, values: Mapping[Hashable, float]) -> None:
-        if not values.keys() <= self._index.keys():
-            self._add_columns([key for key in values if key not in self._index])
+        if type(values) is ColumnRow:
+            plan = self._row_plan
+            if plan is None or plan[0] is not values.keys_in_order:
+                plan = self._row_plan = self._plan(values.keys_in_order)
+            if plan[1] is None:
+                new = array("d", values.values_in_order)
+            else:
+                new = array("d", map([*values.values_in_order, NAN].__getitem__, plan[1]))
+        else:
+            if not values.keys() <= self._index.keys():
+                self._add_columns([key for key in values if key not in self._index])
+            new = array("d", map(values.get, self._keys, repeat(NAN, len(self._keys))))
         row, count, capacity = self._head, self._count, self.capacity
         times, rows, breaks, width = self._times, self._rows, self._breaks, len(self._keys)
-        new = array("d", map(values.get, self._keys, repeat(NAN, width)))
         at = row * width
         if count == capacity:
             # The oldest row is overwritten: the pair it forms with the next leaves the window.
@@ -371,6 +436,17 @@ class ColumnRing:
         if self._head == 0:
             self._drop_empty_columns()
 
+    def _plan(self, row_keys: tuple[Hashable, ...]) -> tuple[tuple[Hashable, ...], list[int] | None]:
+        """Where each column takes its value from in rows with these keys (new ones added)."""
+        index = self._index
+        new = [key for key in row_keys if key not in index]
+        if new:
+            self._add_columns(new)
+        place = {key: i for i, key in enumerate(row_keys)}
+        missing = len(row_keys)
+        positions = [place.get(key, missing) for key in self._keys]
+        return row_keys, None if positions == list(range(missing)) else positions
+
     def _add_columns(self, keys: list[Hashable]) -> None:
         # Rare (a device appears): every row is rewritten one value wider per new column.
         width, capacity = len(self._keys), self.capacity
@@ -381,6 +457,7 @@ class ColumnRing:
         self._rows = rows
         self._keys = self._keys + keys
         self._index = {key: i for i, key in enumerate(self._keys)}
+        self._row_plan = None
         # Every held pair of a new column has NaN on both sides: a break each.
         self._breaks = self._breaks + [max(self._count - 1, 0)] * len(keys)
 
@@ -398,6 +475,7 @@ class ColumnRing:
         self._keys = [self._keys[i] for i in kept]
         self._breaks = [self._breaks[i] for i in kept]
         self._index = {key: i for i, key in enumerate(self._keys)}
+        self._row_plan = None
 
     def view(self, since: float | None = None) -> WindowView:
         # Rows older than ``since`` are cut before anything is copied: the rows are copied

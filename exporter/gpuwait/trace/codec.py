@@ -11,6 +11,7 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, Union
 
@@ -28,7 +29,7 @@ def _show(value: Any, limit: int = 60) -> str:
 def to_jsonable(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):
         if any(isinstance(k, tuple) for k in obj):
             # JSON keys are strings; a compound key is written as a [key, value] pair instead.
             return [[to_jsonable(k), to_jsonable(v)] for k, v in obj.items()]
@@ -77,7 +78,7 @@ def from_jsonable(tp: Any, value: Any, path: str = "data") -> Any:
             elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
                 raise DecodeError(f"{path}: missing field {name!r} of {tp.__name__}")
         return tp(**kwargs)
-    if origin is dict:
+    if origin is dict or origin is Mapping:  # a Mapping field is decoded as a dict
         key_tp, val_tp = args or (Any, Any)
         if typing.get_origin(key_tp) is tuple:
             if value == {}:

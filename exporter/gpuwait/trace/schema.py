@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import sys
 import typing
@@ -39,7 +40,7 @@ def type_name(tp) -> str:
         return {"float": "number", "int": "integer", "str": "string", "bool": "boolean"}.get(tp.__name__, tp.__name__)
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
-    if origin is dict:
+    if origin is dict or origin is collections.abc.Mapping:
         return f"object {{{type_name(args[0])}: {type_name(args[1])}}}"
     if origin in (tuple, list, set, frozenset):
         return f"array of {type_name(args[0])}" if args else "array"

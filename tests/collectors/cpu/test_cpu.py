@@ -3,6 +3,7 @@ and the samples it exposes."""
 
 from __future__ import annotations
 
+import math
 
 import pytest
 from hypothesis import given, strategies as st
@@ -113,12 +114,15 @@ def test_the_single_pass_reads_the_usual_file_as_the_careful_parser_does():
 
 
 def test_lines_neither_parser_reads_are_passed_over_whatever_their_length():
-    # A big node's intr line holds a count per IRQ number (thousands); lines may be indented.
+    # A big node's intr line holds a count per IRQ number (thousands); lines may be indented,
+    # which the single pass leaves to the careful parser where it is a cpu line.
     intr = "intr 99 " + " ".join(str(i % 7) for i in range(4000))
-    text = f"cpu  10 0 5 100\n cpu0 10 0 5 100\n{intr}\n\tprocs_running 4\nsoftirq 1 2 3\n"
+    text = f"cpu  10 0 5 100\ncpu0 10 0 5 100\n{intr}\n\tprocs_running 4\nsoftirq 1 2 3\n"
     cores, running, blocked, bad = _careful(text, 100)
     assert bad == () and cores == {"0": dict(zip(EXPORTED_MODES, (0.1, 0.0, 0.05, 1.0)))} and running == 4
     assert core_seconds(text, EXPORTED_MODES, 100) == (cores, running, blocked)
+    indented = text.replace("\ncpu0", "\n cpu0")
+    assert _careful(indented, 100) == (cores, running, blocked, ()) and core_seconds(indented, EXPORTED_MODES, 100) is None
     assert parse_proc_stat(text.replace("intr 99 ", "intr x ")).bad_lines == ()
 
 
@@ -128,6 +132,10 @@ def test_lines_neither_parser_reads_are_passed_over_whatever_their_length():
     "cpu 1 2\ncpu0 1 2 3 4\n", "cpu 1 2 3 4\ncpu 1 2 3 4\ncpu0 1 2 3 4\n", "cpu0 1 2 3 4 5 6 7 8 9 x\n",
     "cpu0 1 2 3 4 5 6 7 8 x\n", "cpu0 1 2 3 4 5 6 7 8 +9\n",
     "cpu0 1 2 3 4\nctxt many\n",
+    # a line of the width of the cpu lines above a core's, named by a number
+    "cpu 1 2 3 4\n12345 1 2 3 4\ncpu0 1 2 3 4\n", "12345 1 2 3 4\ncpu0 1 2 3 4\n",
+    # a line one column short next to one a column long
+    "cpu 1 2 3 4 5\ncpu0 1 2 3 4\ncpu1 1 2 3 4 5 6\n",
 ])
 def test_the_single_pass_leaves_every_unusual_file_to_the_careful_parser(text):
     assert core_seconds(text, EXPORTED_MODES, 100) is None
@@ -145,6 +153,96 @@ def test_the_single_pass_never_differs_from_the_careful_parser(data):
         cores, running, blocked, bad = _careful(text)
         assert bad == ()
         assert fast == (cores, running, blocked)
+
+
+@st.composite
+def _proc_stats(draw):
+    """A /proc/stat as a kernel prints it (every cpu line first, one width from 4 to 12
+    columns, the run-queue lines after a long intr line), then maybe one change a kernel would
+    not make: a cpu line one column short or long, a cpu line moved below the others, the
+    all-CPU line moved down, a carriage return or a form feed inside the cpu block, a cpu
+    line listed twice, a name that is not a core's or none, a number that is not one."""
+    cores = draw(st.integers(1, 12))
+    width = draw(st.integers(4, 12))
+    ticks = st.integers(0, 10**12)
+    lines = [f"cpu{name} " + " ".join(str(draw(ticks)) for _ in range(width))
+             for name in [""] * draw(st.booleans()) + [str(i) for i in range(cores)]]
+    rest = ["intr 1 " + " ".join(str(draw(st.integers(0, 9))) for _ in range(draw(st.integers(0, 300)))),
+            f"ctxt {draw(ticks)}", f"procs_running {draw(ticks)}", f"procs_blocked {draw(ticks)}", "softirq 1 2 3"]
+    change = draw(st.sampled_from(["none", "short", "long", "moved", "all_down", "cr", "ff", "twice", "name", "number"]))
+    at = draw(st.integers(0, len(lines) - 1))
+    if change == "short" and width > 4:
+        lines[at] = lines[at].rsplit(" ", 1)[0]
+    elif change == "long":
+        lines[at] += " 7"
+    elif change == "moved":
+        rest.insert(draw(st.integers(0, len(rest))), lines.pop(at))
+    elif change == "all_down" and lines[0].startswith("cpu "):
+        lines.append(lines.pop(0))
+    elif change in ("cr", "ff"):
+        cut = draw(st.integers(0, len(lines[at])))
+        lines[at] = lines[at][:cut] + ("\r" if change == "cr" else "\x0c") + lines[at][cut:]
+    elif change == "twice":
+        lines.insert(at, lines[at])
+    elif change == "name":
+        lines[at] = draw(st.sampled_from(["cpuX", "cpu", "cpu1cpu", "xcpu1", "cpu01", "12345", ""])) + lines[at][lines[at].index(" "):]
+    elif change == "number":
+        parts = lines[at].split(" ")
+        parts[draw(st.integers(1, len(parts) - 1))] = draw(st.sampled_from(["x", "1.5", "+3", "1_0", ""]))
+        lines[at] = " ".join(parts)
+    return "\n".join(lines + rest) + "\n", change
+
+
+@hypothesis_settings(max_examples=500, deadline=None)
+@given(_proc_stats(), st.sampled_from([100, 250, 1000]))
+def test_the_single_pass_reads_what_the_careful_parser_reads_or_leaves_it_the_file(drawn, ticks_per_second):
+    text, change = drawn
+    fast = core_seconds(text, EXPORTED_MODES, ticks_per_second)
+    if change == "none":
+        assert fast is not None  # the shape every kernel prints is the single pass's to read
+    if fast is not None:
+        cores, running, blocked, bad = _careful(text, ticks_per_second)
+        assert bad == ()
+        assert fast == (cores, running, blocked)
+        assert list(fast[0]) == list(cores) and [list(modes) for modes in fast[0].values()] == [list(m) for m in cores.values()]
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(_proc_stats())
+def test_a_table_reading_and_its_trace_give_the_window_the_same_floats(drawn):
+    """A live reading holds a CoreTable, its trace line the mappings it stands for: the ring
+    gets the same row from both, to the last bit, however the sums round."""
+    text, _ = drawn
+    fast = core_seconds(text, EXPORTED_MODES, 3)  # thirds do not add up exactly
+    if fast is None:
+        return
+    table, running, blocked = fast
+    live = window.columns(CpuData(table, running, blocked))
+    replayed = window.columns(CpuData({c: dict(m) for c, m in table.items()}, running, blocked))
+    assert list(live.keys()) == list(replayed.keys())
+    assert all(a == b for a, b in zip(live.values(), replayed.values()))
+
+
+def test_the_ring_takes_a_table_row_as_it_takes_the_mapping():
+    texts = [f"cpu0 {10 * i} 0 {i} {100 - i} 1\ncpu1 {i} {i} 0 {50 + i} 0\nprocs_running {i}\nprocs_blocked 1\n"
+             for i in range(7)]
+    by_row, by_dict = ColumnRing(4), ColumnRing(4)
+    for i, text in enumerate(texts):
+        table, running, blocked = core_seconds(text, EXPORTED_MODES, 100)
+        row = window.columns(CpuData(table, running, blocked))
+        assert type(row).__name__ == "ColumnRow"
+        by_row.append(i * 0.1, row)
+        by_dict.append(i * 0.1, dict(row))
+        a, b = by_row.view(), by_dict.view()
+        assert list(a.columns) == list(b.columns) and a.times == b.times
+        assert all(list(a.columns[k]) == list(b.columns[k]) for k in a.columns)
+        assert all(a.increase(k) == b.increase(k) for k in a.columns)
+    # A core appearing changes the keys: the ring widens and goes on taking rows.
+    table, running, blocked = core_seconds("cpu0 1000 0 9 100 1\ncpu1 9 9 0 59 0\ncpu2 1 1 1 1 1\n", EXPORTED_MODES, 100)
+    by_row.append(0.8, window.columns(CpuData(table, running, blocked)))
+    view = by_row.view()
+    assert list(view.columns[("busy", "2")])[-1] == pytest.approx(0.03)
+    assert all(math.isnan(v) for v in list(view.columns[("busy", "2")])[:-1])
 
 
 # -- source ----------------------------------------------------------------------------------

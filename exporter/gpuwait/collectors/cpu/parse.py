@@ -6,14 +6,12 @@ from dataclasses import dataclass
 from itertools import repeat
 from operator import truediv
 
+from gpuwait.collectors.cpu.payload import CoreTable
 from gpuwait.core.errors import ParseError
 
 #: Column order of the cpu lines (proc(5)); older kernels stop early, newer ones may add more.
 CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
 
-
-#: The columns of a cpu line the careful parser requires to be integers (ASCII digits here).
-_CHECKED = 1 + len(CPU_MODES)
 #: The one-integer lines the careful parser reads (and counts as bad when they are not).
 _SINGLE_FIELDS = frozenset(("procs_running", "procs_blocked", "ctxt", "btime"))
 
@@ -101,51 +99,58 @@ def parse_proc_stat(text: str) -> ProcStat:
 
 
 def core_seconds(text: str, modes: tuple[str, ...], ticks_per_second: float
-                 ) -> tuple[dict[str, dict[str, float]], int | None, int | None] | None:
+                 ) -> tuple[CoreTable, int | None, int | None] | None:
     """Each core's first ``len(modes)`` modes in seconds (the all-CPU line left out), and the
     run-queue figures, for a file in the shape every kernel prints; None for any other, which
     ``parse_proc_stat`` then reads line by line and accounts for.
 
-    The 10 Hz read of a node's /proc/stat is one line per core: on a 192-core node the careful
-    parser and a second pass to convert its ticks cost several times this single pass, which
-    builds each core's modes once. What it takes as the usual shape: ASCII without a minus sign,
-    every ``cpu`` line a known core number listed once with at least four integer columns, and
-    the run-queue lines one integer each; anything else, and the careful parser decides."""
+    The 10 Hz read of a node's /proc/stat is one line per core. Every kernel prints the cpu
+    lines first and each with the same number of columns, so one split of that block lays the
+    values out with a fixed stride: each mode is a slice of it, converted in C, where a line at
+    a time costs a split, a list and a dict per core (several times as much on 192 cores). What
+    it takes as the usual shape: ASCII without a minus sign, the cpu lines at the top with one
+    width of at least four columns of digits, each a known core number listed once, no cpu line
+    further down, and the run-queue lines one integer each; anything else, and the careful
+    parser decides."""
     if "-" in text or not text.isascii():
         return None
-    cores: dict[str, dict[str, float]] = {}
+    last = text.rfind("\ncpu")
+    end = text.find("\n", last + 1) if last >= 0 else text.find("\n")
+    if end < 0:
+        end = len(text)
+    block = text[:end]
+    tokens = block.split()
+    width = len(block[:block.find("\n")].split()) if last >= 0 else len(tokens)
+    lines = block.count("\n") + 1
+    # Any other line break (a carriage return, a form feed) would part lines the careful
+    # parser reads apart.
+    if width < 5 or len(tokens) != width * lines or len(block.splitlines()) != lines:
+        return None
+    names = tokens[::width]
+    del tokens[::width]  # what is left: width - 1 numbers a line
+    # Every name "cpu" and a core number (or none), every other token digits: a line of
+    # another width would put a number where a name belongs, or a name among the numbers.
+    cores = [name[3:] for name in names]
+    if not "".join(tokens).isdigit() or not all(map(str.startswith, names, repeat("cpu"))):
+        return None
+    if not "".join(cores).isdigit() or len(set(names)) != lines:
+        return None
     fields: dict[str, int] = {}
-    all_cpus = False
+    for line in text[end:].splitlines():
+        parts = _split_if_wanted(line)
+        if not parts:
+            continue
+        if parts[0].startswith("cpu"):
+            return None
+        if len(parts) != 2 or not (parts[1].isascii() and parts[1].isdigit()):
+            return None
+        fields[parts[0]] = int(parts[1])
+    first = 1 if names[0] == "cpu" else 0
+    if first == lines or "cpu" in names[first:]:
+        return None
     per_tick = repeat(float(ticks_per_second))
-    width = len(modes) + 1
-    try:
-        for line in text.splitlines():
-            parts = line.split() if line.startswith("cpu") else _split_if_wanted(line)
-            if not parts:
-                continue
-            key = parts[0]
-            if key.startswith("cpu"):
-                name = key[3:]
-                if len(parts) < 5:
-                    return None
-                if not name:
-                    if all_cpus:
-                        return None
-                    all_cpus = True
-                    if not "".join(parts[1:_CHECKED]).isdigit():  # the careful parser's check
-                        return None
-                    continue
-                if not (name.isascii() and name.isdigit()) or name in cores:
-                    return None
-                cores[name] = dict(zip(modes, map(truediv, map(int, parts[1:width]), per_tick)))
-                if width < len(parts) and width < _CHECKED and not "".join(parts[width:_CHECKED]).isdigit():
-                    return None
-            elif key in _SINGLE_FIELDS:
-                if len(parts) != 2 or not (parts[1].isascii() and parts[1].isdigit()):
-                    return None
-                fields[key] = int(parts[1])
-    except ValueError:
-        return None
-    if not cores:
-        return None
-    return cores, fields.get("procs_running"), fields.get("procs_blocked")
+    stride = width - 1
+    start = first * stride
+    columns = [list(map(truediv, map(int, tokens[start + k::stride]), per_tick)) for k in range(min(stride, len(modes)))]
+    table = CoreTable(cores[first:], modes[:len(columns)], columns)
+    return table, fields.get("procs_running"), fields.get("procs_blocked")

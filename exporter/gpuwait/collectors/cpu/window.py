@@ -6,18 +6,21 @@ of saturated cores are computed beside it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from itertools import repeat
+from functools import reduce
+from itertools import chain, repeat
+from operator import add
 
-from gpuwait.collectors.cpu.payload import CpuData
+from gpuwait.collectors.cpu.payload import CoreTable, CpuData
 from gpuwait.core.config import Option, Settings, parse_fraction
-from gpuwait.core.ring import Column, WindowView
+from gpuwait.core.ring import Column, ColumnRow, RowKeys, WindowView
 from gpuwait.core.series import maximum, mean
 
 #: Time a core is not available to new work. iowait is idle time with IO outstanding, so not busy;
 #: steal is time the hypervisor gave away, which a data loader cannot use either.
 BUSY_MODES = ("user", "nice", "system", "irq", "softirq", "steal")
+_BUSY_SET = frozenset(BUSY_MODES)
 
 SATURATION_THRESHOLD = Option(
     "collector.cpu.saturation-threshold", parse_fraction, 0.95,
@@ -29,17 +32,38 @@ _BUSY, _TOTAL = "busy", "total"
 _RUNNING, _BLOCKED = "procs_running", "procs_blocked"
 
 
-def columns(data: CpuData) -> dict[Hashable, float]:
+def columns(data: CpuData) -> Mapping[Hashable, float]:
+    cores = data.cores
+    if type(cores) is CoreTable:
+        return _table_row(cores, data.procs_running, data.procs_blocked)
     cols: dict[Hashable, float] = {}
     zeros = repeat(0.0)
-    for cpu, modes in data.cores.items():
-        cols[(_BUSY, cpu)] = sum(map(modes.get, BUSY_MODES, zeros))
-        cols[(_TOTAL, cpu)] = sum(modes.values())
+    for cpu, modes in cores.items():
+        # Added one at a time, busy time first, as _table_row adds a table's columns: a reading
+        # and its trace give the same floats on every Python (sum() compensates from 3.12 on).
+        busy = cols[(_BUSY, cpu)] = reduce(add, map(modes.get, BUSY_MODES, zeros), 0.0)
+        cols[(_TOTAL, cpu)] = reduce(add, [s for mode, s in modes.items() if mode not in _BUSY_SET], busy)
     if data.procs_running is not None:
         cols[_RUNNING] = float(data.procs_running)
     if data.procs_blocked is not None:
         cols[_BLOCKED] = float(data.procs_blocked)
     return cols
+
+
+_TABLE_ROW_KEYS = RowKeys((_BUSY, _TOTAL))
+
+
+def _table_row(table: CoreTable, running: int | None, blocked: int | None) -> ColumnRow:
+    extra = ((_RUNNING,) if running is not None else ()) + ((_BLOCKED,) if blocked is not None else ())
+    keys = _TABLE_ROW_KEYS(table.names, extra)
+    busy = table.sums(BUSY_MODES)
+    total = table.sums([mode for mode in table.modes if mode not in _BUSY_SET], busy)
+    values = list(chain.from_iterable(zip(busy, total)))
+    if running is not None:
+        values.append(float(running))
+    if blocked is not None:
+        values.append(float(blocked))
+    return ColumnRow(keys, values)
 
 
 @dataclass(frozen=True, slots=True)

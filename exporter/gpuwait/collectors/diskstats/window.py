@@ -8,14 +8,16 @@ large sequential reads need throughput, many small files need random-access IOPS
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 from typing import NamedTuple
 
 from gpuwait.collectors.diskstats.parse import TIME_FIELD_MODULUS_SECONDS as TIME_MODULUS
 from gpuwait.collectors.diskstats.payload import Diskstats
 from gpuwait.core.config import Settings
-from gpuwait.core.ring import Column, WindowView
+from gpuwait.core.ring import Column, ColumnRow, RowKeys, WindowView
 from gpuwait.core.series import clamp_ratio, increase, maximum, steady
 
 # Column keys are (kind, device).
@@ -23,21 +25,17 @@ _READS, _WRITES, _READ_BYTES, _WRITE_BYTES = "reads", "writes", "read_bytes", "w
 _READ_TIME, _WRITE_TIME, _IO_NOW, _IO_TIME, _WEIGHTED = "read_time", "write_time", "io_now", "io_time", "weighted"
 
 
-def columns(data: Diskstats) -> dict[Hashable, float]:
-    # Only what the window statistics need; merges, discards and flushes are exposed from the
-    # latest reading alone.
-    cols: dict[Hashable, float] = {}
-    for device, c in data.devices.items():
-        cols[_READS, device] = c.reads_completed
-        cols[_WRITES, device] = c.writes_completed
-        cols[_READ_BYTES, device] = c.read_bytes
-        cols[_WRITE_BYTES, device] = c.write_bytes
-        cols[_READ_TIME, device] = c.read_time_seconds
-        cols[_WRITE_TIME, device] = c.write_time_seconds
-        cols[_IO_NOW, device] = c.io_now
-        cols[_IO_TIME, device] = c.io_time_seconds
-        cols[_WEIGHTED, device] = c.io_time_weighted_seconds
-    return cols
+#: The counters the window statistics need, per device in this order; merges, discards and
+#: flushes are exposed from the latest reading alone.
+_KINDS = (_READS, _WRITES, _READ_BYTES, _WRITE_BYTES, _READ_TIME, _WRITE_TIME, _IO_NOW, _IO_TIME, _WEIGHTED)
+_VALUES = attrgetter("reads_completed", "writes_completed", "read_bytes", "write_bytes", "read_time_seconds",
+                     "write_time_seconds", "io_now", "io_time_seconds", "io_time_weighted_seconds")
+_ROW_KEYS = RowKeys(_KINDS)
+
+
+def columns(data: Diskstats) -> ColumnRow:
+    devices = data.devices
+    return ColumnRow(_ROW_KEYS(tuple(devices)), list(chain.from_iterable(map(_VALUES, devices.values()))))
 
 
 @dataclass(frozen=True, slots=True)

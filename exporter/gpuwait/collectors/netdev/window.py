@@ -7,13 +7,14 @@ into a modest figure, while the per-interval peak and the coefficient of variati
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 from typing import NamedTuple
 
 from gpuwait.collectors.netdev.payload import NetDev
 from gpuwait.core.config import Settings
-from gpuwait.core.ring import Column, WindowView
+from gpuwait.core.ring import Column, ColumnRow, RowKeys, WindowView
 from gpuwait.core.series import added
 
 #: Column keys are (direction, interface): bytes since the interface came up.
@@ -21,12 +22,13 @@ DIRECTIONS = ("receive", "transmit")
 _RECEIVE, _TRANSMIT = DIRECTIONS
 
 
-def columns(data: NetDev) -> dict[Hashable, float]:
-    cols: dict[Hashable, float] = {}
-    for interface, c in data.interfaces.items():
-        cols[_RECEIVE, interface] = c.receive_bytes
-        cols[_TRANSMIT, interface] = c.transmit_bytes
-    return cols
+_ROW_KEYS = RowKeys((_RECEIVE, _TRANSMIT))
+_VALUES = attrgetter("receive_bytes", "transmit_bytes")
+
+
+def columns(data: NetDev) -> ColumnRow:
+    interfaces = data.interfaces
+    return ColumnRow(_ROW_KEYS(tuple(interfaces)), list(chain.from_iterable(map(_VALUES, interfaces.values()))))
 
 
 @dataclass(frozen=True, slots=True)
