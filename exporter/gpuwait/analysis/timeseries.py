@@ -10,12 +10,12 @@ import math
 import sys
 from array import array
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, compress, islice, repeat
 from operator import and_, eq, le, lt, mul, sub, truediv
 
-from gpuwait.core.ring import Column
+from gpuwait.core.ring import Column, WindowView
 from gpuwait.core.series import increase
 
 #: A grid value is as good as its source's last samples for this many sampling intervals.
@@ -399,6 +399,39 @@ def _unpacked(raw: bytes, width: int) -> list[int]:
     return values.tolist()
 
 
+def interval_marks(view: WindowView, name: Hashable, groups: Sequence[tuple[Hashable, ...]],
+                   judge: Callable[[list[float]], int], gap: float) -> list[int]:
+    """Per interval of ``view`` (from row j to row j + 1), the bits ``judge`` sets for any of
+    ``groups``: each group's keys are steady counters (``view.steady``), and ``judge`` is
+    given their rates over the interval, in the group's order. An interval longer than
+    ``gap``, or not forward in time, marks nothing: on a grid its rates would be NaN.
+
+    Rows never change once written, so an interval's marks stay true while it is held: each
+    pass judges only the intervals new since the last (the ring's memo, named by ``name``,
+    the groups and the gap), where rates on the grid cost every counter's whole window."""
+    times = view.times
+    intervals = len(times) - 1
+    if intervals < 1:
+        return []
+    memo = view.interval_memo((name, tuple(groups), gap))
+    first = view.first_row
+    new = [j for j in range(intervals) if first + j not in memo] if memo is not None else list(range(intervals))
+    if memo is None:
+        memo = {}
+    if new:
+        start = new[0]
+        columns = [[view.tail(key, start) for key in group] for group in groups]
+        for j in new:
+            i = j - start
+            dt = times[j + 1] - times[j]
+            marks = 0
+            if 0 < dt <= gap:
+                for group in columns:
+                    marks |= judge([(values[i + 1] - values[i]) / dt for values in group])
+            memo[first + j] = marks
+    return [memo[first + j] for j in range(intervals)]
+
+
 @dataclass
 class Grid:
     """The time grid the verdict judges a window on (the GPU source's own sample times), and
@@ -420,3 +453,14 @@ class Grid:
     def rates(self, column: Column, gap: float) -> list[float]:
         """A counter's rate over the sampling interval that covers each grid point."""
         return interval_rates_at(column.times, column.values, self.times, gap, column.modulus, self._intervals)
+
+    def on_intervals(self, times: list[float], per_interval: Sequence[int], outside: int = 0) -> list[int] | None:
+        """Per grid point, the value of the sampling interval of ``times`` that covers it
+        (``outside`` where none does), as ``rates`` finds the interval; None where the
+        look-up must walk (times not ascending), which the caller then leaves to ``rates``."""
+        cached = self._intervals.get(id(times))
+        if cached is None or cached.times is not times:
+            cached = self._intervals[id(times)] = _Intervals(times, self.times)
+        if cached.covering is None:
+            return None
+        return list(map([outside, *per_interval, outside].__getitem__, cached.covering))

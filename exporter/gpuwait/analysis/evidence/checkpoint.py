@@ -3,8 +3,11 @@ idle time it explains is a pause the job takes on purpose (``none``), not a wait
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import and_, ge, gt, or_
+
 from gpuwait.analysis.evidence.storage import MIN_READ_IOPS
-from gpuwait.analysis.timeseries import Grid
+from gpuwait.analysis.timeseries import Grid, interval_marks
 from gpuwait.collectors.diskstats import window as disk_window
 from gpuwait.core.config import Settings
 from gpuwait.core.plugin import AnalysisInputs
@@ -21,13 +24,31 @@ def checkpoint(inputs: AnalysisInputs, grid: Grid, settings: Settings, gap: floa
     if disks is None:
         return saving
     min_iops = settings[MIN_READ_IOPS]
+
+    def saves(rates: list[float]) -> int:
+        writes, write_bytes, read_bytes = rates
+        return writes >= min_iops and write_bytes > WRITE_TO_READ * read_bytes
+
+    # Disks whose counters are steady are judged interval by interval, each interval once;
+    # the others (a disk that appeared, was reset or skipped a read) on the grid.
+    steady, others = [], []
     for device in disk_window.devices(disks):
+        keys = disk_window.steady_counters(disks, device, "writes", "write_bytes", "read_bytes")
+        (steady if keys is not None else others).append(keys or device)
+    if steady:
+        marks = grid.on_intervals(disks.times, interval_marks(disks, ("checkpoint", min_iops), steady, saves, gap))
+        if marks is not None:
+            saving = list(map(bool, marks))
+        else:
+            others += [keys[0][1] for keys in steady]
+    for device in others:
         counters = disk_window.device_counters(disks, device)
-        read_bytes = grid.rates(counters.read_bytes, gap)
-        write_bytes = grid.rates(counters.write_bytes, gap)
-        writes = grid.rates(counters.writes, gap)
-        for i in range(n):
-            if (writes[i] == writes[i] and writes[i] >= min_iops and write_bytes[i] == write_bytes[i]
-                    and write_bytes[i] > WRITE_TO_READ * (read_bytes[i] if read_bytes[i] == read_bytes[i] else 0.0)):
-                saving[i] = True
+        # A comparison with NaN is false: an instant without a rate is not writing.
+        writing = list(map(ge, grid.rates(counters.writes, gap), repeat(min_iops)))
+        if not any(writing):
+            continue
+        # Reads without a rate weigh nothing against the writes.
+        read_bytes = [WRITE_TO_READ * r if r == r else 0.0 for r in grid.rates(counters.read_bytes, gap)]
+        heavier = map(gt, grid.rates(counters.write_bytes, gap), read_bytes)
+        saving = list(map(or_, saving, map(and_, writing, heavier)))
     return saving

@@ -19,8 +19,10 @@ uninterruptible sleep), as for every host-wide IO sign.
 from __future__ import annotations
 
 import math
+from itertools import repeat
+from operator import and_, ge, or_
 
-from gpuwait.analysis.timeseries import HOLD_INTERVALS, Grid
+from gpuwait.analysis.timeseries import HOLD_INTERVALS, Grid, interval_marks
 from gpuwait.collectors.cpu import window as cpu_window
 from gpuwait.collectors.diskstats import window as disk_window
 from gpuwait.collectors.nfs import window as nfs_window
@@ -47,6 +49,9 @@ OWNER_READ_BYTES = Option("verdict.storage.owner-read-bytes", parse_positive, 10
 
 OPTIONS = (IO_PRESSURE, QUEUE_DEPTH, MIN_READ_IOPS, NFS_LATENCY, NFS_WAITERS, OWNER_READ_BYTES)
 
+#: A disk's marks on a sampling interval: reads at a real rate, and a long queue while reading.
+READING, LONG_QUEUE = 1, 2
+
 
 def storage(inputs: AnalysisInputs, grid: Grid, settings: Settings, gap: float) -> list[bool]:
     """Storage evidence at each grid point; ``gap`` is the longest sampling interval a
@@ -57,15 +62,33 @@ def storage(inputs: AnalysisInputs, grid: Grid, settings: Settings, gap: float) 
     disks = inputs.views.get("diskstats")
     if disks is not None:
         min_iops, depth = settings[MIN_READ_IOPS], settings[QUEUE_DEPTH]
+
+        def reads(rates: list[float]) -> int:
+            read_rate, queue = rates
+            return (READING | LONG_QUEUE if queue >= depth else READING) if read_rate >= min_iops else 0
+
+        # Disks whose counters are steady are judged interval by interval, each interval
+        # once; the others (a disk that appeared, was reset or skipped a read) on the grid.
+        steady, others = [], []
         for device in disk_window.devices(disks):
+            keys = disk_window.steady_counters(disks, device, "reads", "queue_time")
+            (steady if keys is not None else others).append(keys or device)
+        if steady:
+            marks = grid.on_intervals(disks.times, interval_marks(disks, ("storage", min_iops, depth), steady, reads, gap))
+            if marks is not None:
+                reading = [bool(m & READING) for m in marks]
+                long_queue = [bool(m & LONG_QUEUE) for m in marks]
+            else:
+                others += [keys[0][1] for keys in steady]
+        for device in others:
             counters = disk_window.device_counters(disks, device)
-            reads = grid.rates(counters.reads, gap)
-            queue = grid.rates(counters.queue_time, gap)
-            for i in range(n):
-                if reads[i] == reads[i] and reads[i] >= min_iops:
-                    reading[i] = True
-                    if queue[i] == queue[i] and queue[i] >= depth:
-                        long_queue[i] = True
+            # A comparison with NaN is false: an instant without a rate is not reading.
+            busy = list(map(ge, grid.rates(counters.reads, gap), repeat(min_iops)))
+            if not any(busy):
+                continue
+            reading = list(map(or_, reading, busy))
+            queued = map(ge, grid.rates(counters.queue_time, gap), repeat(depth))
+            long_queue = list(map(or_, long_queue, map(and_, busy, queued)))
     slow_nfs = _nfs_slow(inputs, grid, settings, reading)
     psi = inputs.views.get("pressure")
     io_some = pressure_window.stalled_seconds(psi, "io", "some") if psi is not None else None
@@ -95,10 +118,9 @@ def _nfs_slow(inputs: AnalysisInputs, grid: Grid, settings: Settings, reading: l
         for operation in nfs_window.operations(view, mount):
             ops = grid.rates(operation.count, gap)
             ms = grid.rates(operation.execute_ms, gap)
-            for i in range(n):
-                if ops[i] == ops[i] and ms[i] == ms[i]:
-                    total_ops[i] += ops[i]
-                    total_ms[i] += ms[i]
+            # An instant adds the operation's rates when it has both (x == x: not NaN).
+            total_ops = [t + o if o == o and m == m else t for t, o, m in zip(total_ops, ops, ms)]
+            total_ms = [t + m if o == o and m == m else t for t, o, m in zip(total_ms, ops, ms)]
         for i in range(n):
             if total_ops[i] >= min_ops:
                 reading[i] = True

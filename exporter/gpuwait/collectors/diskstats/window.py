@@ -8,7 +8,7 @@ large sequential reads need throughput, many small files need random-access IOPS
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
@@ -157,3 +157,16 @@ def device_counters(view: WindowView, device: str) -> DeviceCounters:
         write_bytes=view.series((_WRITE_BYTES, device)),
         queue_time=view.series((_WEIGHTED, device), TIME_MODULUS),
     )
+
+
+#: DeviceCounters' fields -> the kind of their window columns
+_COUNTER_KINDS = {"reads": _READS, "writes": _WRITES, "read_bytes": _READ_BYTES, "write_bytes": _WRITE_BYTES,
+                  "queue_time": _WEIGHTED}
+
+
+def steady_counters(view: WindowView, device: str, *counters: str) -> tuple[Hashable, ...] | None:
+    """The window's keys of the device's ``counters`` (DeviceCounters' field names), in that
+    order, when every one is a steady counter over the window (read at every row, never
+    going back, so not wrapping either); None otherwise."""
+    keys = tuple((_COUNTER_KINDS[counter], device) for counter in counters)
+    return keys if all(map(view.steady, keys)) else None
