@@ -446,6 +446,19 @@ def test_timing_self_stats():
     assert state.max_lag_seconds == 0.5
 
 
+def test_timing_self_stats_cover_the_reads_of_the_window_pass_after_pass():
+    sampler = sampler_with({"s": SleepingSource(0.0)}, "--analysis.window=10s")
+    state = sampler.states["s"]
+    now = time.monotonic()
+    for started, duration, lag in ((now - 30, 5.0, 9.0), (now - 3, 1.0, 0.5), (now - 2, 2.0, 0.1)):
+        sampler.ingest(state, None, {"test:failed": "a read"}, started=started, duration=duration, lag=lag)
+    sampler.analyse_once(now=now)
+    assert (state.mean_read_seconds, state.max_lag_seconds) == (1.5, 0.5)
+    sampler.ingest(state, None, {"test:failed": "a read"}, started=now + 4, duration=6.0, lag=0.2)
+    sampler.analyse_once(now=now + 7.5)  # the read at now - 3 leaves the window
+    assert (state.mean_read_seconds, state.max_lag_seconds) == (4.0, 0.2)
+
+
 # -- reads that hang -----------------------------------------------------------------------
 
 

@@ -16,8 +16,10 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from gpuwait.core.config import ANALYSIS_INTERVAL, CONFIG_FILE, Settings, format_duration
@@ -156,6 +158,9 @@ class _Tier:
 #: large host; the defaults (60 s at 100 ms) use well under 1% of it.
 MAX_RING_SAMPLES = 1_000_000
 
+#: A timing's read duration and its lag behind the schedule.
+_DURATION, _LAG = itemgetter(1), itemgetter(2)
+
 
 @dataclass
 class SourceState:
@@ -177,8 +182,9 @@ class SourceState:
     window_samples: int = 0
     mean_read_seconds: float = math.nan
     max_lag_seconds: float = math.nan
-    #: (monotonic time, read duration, lag) of recent reads, for the window self-stats.
-    timings: list[tuple[float, float, float]] = field(default_factory=list)
+    #: (monotonic time, read duration, lag) of recent reads, for the window self-stats; in the
+    #: order of the reads, so that a pass drops the ones that left the window from the left.
+    timings: deque[tuple[float, float, float]] = field(default_factory=deque)
     #: Causes of the current whole-source failure (empty while the source is up).
     active_causes: set[str] = field(default_factory=set)
     #: Partial causes already logged.
@@ -584,11 +590,13 @@ class Sampler:
             with state.lock:
                 timed_out = state.timed_out
                 view = state.ring.view(since=horizon) if state.ring is not None and not timed_out else None
-                state.timings = [t for t in state.timings if t[0] >= horizon]
-                timings = list(state.timings)
+                held = state.timings
+                while held and held[0][0] < horizon:
+                    held.popleft()
+                timings = list(held)
             if timings:
-                state.mean_read_seconds = math.fsum(t[1] for t in timings) / len(timings)
-                state.max_lag_seconds = max(t[2] for t in timings)
+                state.mean_read_seconds = math.fsum(map(_DURATION, timings)) / len(timings)
+                state.max_lag_seconds = max(map(_LAG, timings))
             state.window_samples = len(view) if view is not None else len(timings)
             if view is not None:
                 views[state.spec.name] = view

@@ -109,7 +109,11 @@ def mean(values: Sequence[float]) -> float | None:
 
 
 def maximum(values: Sequence[float]) -> float | None:
-    vals = valid(values)
+    total = sum(values)
+    if total == total:
+        # No NaN: the valid values are all of them, read in place (an array is not copied).
+        return max(values) if len(values) else None
+    vals = [v for v in values if v == v]
     return max(vals) if vals else None
 
 
