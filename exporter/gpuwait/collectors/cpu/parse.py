@@ -30,8 +30,8 @@ class ProcStat:
 
 
 def _split_if_wanted(line: str) -> list[str] | None:
-    """For a line that does not start with ``cpu`` (the parsers split those at once): its
-    fields if it is an indented cpu line or one of _SINGLE_FIELDS, else None. The others
+    """A line's fields if it is a cpu line (indented or not) or one of _SINGLE_FIELDS, else
+    None (the careful parser splits a line that starts with ``cpu`` at once). The others
     are not split: ``intr`` has a count per IRQ number the kernel can hand out, thousands on a
     big node (x86 sizes them at 8 per CPU plus 16 per IO-APIC pin), which would cost more to
     split than every cpu line together."""
