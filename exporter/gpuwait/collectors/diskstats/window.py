@@ -112,7 +112,7 @@ def summarize_device(view: WindowView, device: str) -> DeviceWindowStats:
     return DeviceWindowStats(
         queue_depth_mean=rate(_WEIGHTED, TIME_MODULUS),
         queue_depth_max=view.rate_peak((_WEIGHTED, device), TIME_MODULUS),
-        in_flight_max=maximum(view.values((_IO_NOW, device))),
+        in_flight_max=maximum(view.column((_IO_NOW, device))),
         read_await_seconds=quotient(_READ_TIME, _READS, TIME_MODULUS),
         write_await_seconds=quotient(_WRITE_TIME, _WRITES, TIME_MODULUS),
         reads_per_second=rate(_READS),
