@@ -7,14 +7,18 @@ as what they are: unsigned decimal integers that fit the kernel's widest type.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TypeVar
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import chain, compress, starmap
+from operator import attrgetter
+from typing import Any, Generic, TypeVar
 
 from gpuwait.core.errors import ParseError
 
 U64_MAX = (1 << 64) - 1
 
 T = TypeVar("T")
+V = TypeVar("V")
 P = TypeVar("P")
 
 
@@ -34,7 +38,12 @@ def u64s(tokens: list[str]) -> list[int]:
 
 
 def u64(token: str) -> int:
-    """One unsigned 64-bit decimal counter, or ParseError."""
+    """One unsigned 64-bit decimal counter, or ParseError: ``u64s`` of the one token, checked
+    without the joins and maps a list needs (one per sysfs counter, ten times a second)."""
+    if 0 < len(token) <= 20 and token.isascii() and token.isdigit():
+        value = int(token)
+        if value <= U64_MAX:
+            return value
     return u64s([token])[0]
 
 
@@ -76,3 +85,104 @@ def parse_devices(
     if malformed and not devices:
         raise ParseError(f"no {what} line parsed; malformed: {', '.join(malformed[:5])}")
     return devices, tuple(malformed)
+
+
+def u64_columns(tokens: list[str], stride: int, kept: list[bool] | None = None) -> list[list[int]] | None:
+    """The columns of a table of counters laid out row after row, ``stride`` tokens a row, of
+    the rows ``kept`` marks (every row without it); None when any token is not an unsigned
+    64-bit decimal (as ``u64s`` has it), which the caller then leaves to a line-by-line parse.
+    The checks and conversions run a column at a time, in C."""
+    digits = "".join(tokens)
+    if not (digits.isascii() and digits.isdigit()) or max(map(len, tokens), default=0) > 20:
+        return None
+    columns = []
+    for k in range(stride):
+        column = tokens[k::stride]
+        values = list(map(int, column if kept is None else compress(column, kept)))
+        if values and max(values) > U64_MAX:
+            return None
+        columns.append(values)
+    return columns
+
+
+class ColumnTable(Mapping[str, V]):
+    """Records by name, kept as the columns a single pass over a whole file reads them into
+    (``columns[k][i]``: the k-th value of ``names[i]``). Ten times a second the window takes a
+    few columns; the records are made the first time something reads the mapping (a scrape,
+    a trace line), once per reading whatever reads it. Subclasses say how (``_records``)."""
+
+    __slots__ = ("names", "columns", "_made")
+
+    def __init__(self, names: list[str], columns: list[list]) -> None:
+        self.names = names
+        self.columns = columns
+        self._made: dict[str, V] | None = None
+
+    def _records(self) -> Iterable[V]:
+        """The records of ``names``, in that order."""
+        raise NotImplementedError
+
+    def _table(self) -> dict[str, V]:
+        made = self._made
+        if made is None:
+            made = self._made = dict(zip(self.names, self._records()))
+        return made
+
+    def __getitem__(self, name: str) -> V:
+        return self._table()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._table()
+
+    def keys(self):  # the table's own views: no lookup per name
+        return self._table().keys()
+
+    def items(self):
+        return self._table().items()
+
+    def values(self):
+        return self._table().values()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._table()!r})"
+
+
+class DeviceTable(ColumnTable[T], Generic[T]):
+    """The devices of a line-per-device file: one column per field of the ``record``
+    dataclass, in its order (fewer columns than fields: the later fields take their
+    defaults)."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, names: list[str], columns: list[list], record: Callable[..., T]) -> None:
+        super().__init__(names, columns)
+        self.record = record
+
+    def _records(self) -> Iterable[T]:
+        return starmap(self.record, zip(*self.columns))
+
+
+def interleaved(devices: Mapping[str, Any], fields: tuple[str, ...]) -> list:
+    """The values of ``fields`` of every device, device after device, in that order within
+    each, from a DeviceTable's columns (without making its records) or from each record."""
+    if isinstance(devices, DeviceTable):
+        order = _field_order(devices.record)
+        return list(chain.from_iterable(zip(*(devices.columns[order[name]] for name in fields))))
+    values = map(attrgetter(*fields), devices.values())
+    return list(values) if len(fields) == 1 else list(chain.from_iterable(values))
+
+
+_FIELD_ORDERS: dict[type, dict[str, int]] = {}
+
+
+def _field_order(record: type) -> dict[str, int]:
+    order = _FIELD_ORDERS.get(record)
+    if order is None:
+        order = _FIELD_ORDERS[record] = {f.name: k for k, f in enumerate(dataclasses.fields(record))}
+    return order

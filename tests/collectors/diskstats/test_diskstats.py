@@ -7,6 +7,7 @@ import re
 
 import pytest
 from hypothesis import given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from conftest import HOST_TREE, TEXT_FIXTURES, text_fixture
@@ -14,7 +15,8 @@ from fuzz import examples, only_parse_errors, texts
 from gpuwait.core.registry import resolve
 from gpuwait.core.errors import ParseError, SourceError
 from gpuwait.collectors.diskstats import COLLECTOR
-from gpuwait.collectors.diskstats.parse import parse_diskstats
+from gpuwait.collectors.diskstats.parse import (BASE_FIELDS, DISCARD_FIELDS, FLUSH_FIELDS, _named_lines,
+                                                device_table, parse_diskstats, parse_diskstats_line)
 from gpuwait.collectors.diskstats.payload import DiskCounters, Diskstats
 from gpuwait.core.ring import ColumnRing, WindowView
 from gpuwait.core.sampler import Sampler
@@ -22,6 +24,7 @@ from gpuwait.core.source import HostPaths
 from gpuwait.collectors.diskstats.source import DEFAULT_DEVICE_EXCLUDE, DiskstatsSource
 from gpuwait.collectors.diskstats import window as disk_stats
 from host_collectors import copy_procfs, exporter_args, exposed, promtool_problems, rewrite
+from single_pass import NOT_COUNTERS, careful, drawn_change, assert_read_alike_or_left, assert_same_as_careful, assert_same_window_row
 from support import ExporterProcess, value
 
 EXCLUDE = re.compile(DEFAULT_DEVICE_EXCLUDE)
@@ -182,6 +185,97 @@ def test_fuzz_near_valid(name, data):
 def test_fuzz_structured(lines):
     _check_parse("\n".join(" ".join(tokens) for tokens in lines))
 
+
+
+# -- the single pass -----------------------------------------------------------------------------
+
+
+def _careful(text: str, keep=None):
+    return careful(_named_lines(text), parse_diskstats_line, keep, "device")
+
+
+def _keep(name: str) -> bool:
+    return EXCLUDE.search(name) is None
+
+
+@pytest.mark.parametrize("name", sorted(DEVICES))
+def test_the_single_pass_reads_every_fixture_as_the_careful_parser_does(name):
+    text = text_fixture("diskstats", name)
+    for keep in (None, _keep):
+        assert_same_as_careful(device_table(text, keep), _careful(text, keep))
+
+
+@pytest.mark.parametrize("text", [
+    "", "\n", "8 0 sda 1 2 3 4 5 6 7 8 9 10 11\n\n8 16 sdb 1 2 3 4 5 6 7 8 9 10 11\n",
+    # one line of another layout, a line of a layout no kernel prints, a later kernel's longer line
+    "8 0 sda 1 2 3 4 5 6 7 8 9 10 11\n8 16 sdb 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15\n",
+    "8 0 sda 1 2 3 4 5 6 7 8 9 10 11 12\n", "8 0 sda 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18\n",
+    "8 0 sda 1 2 3 4 5 6 7 8 9 10 x\n", "8 0 sda 1 2 3 4 5 6 7 8 9 10 +11\n", "8 0 sda 1 2 3 4 5 6 7 8 9 10 -1\n",
+    "8 0 sda 1 2 3 4 5 6 7 8 9 10 1.5\n", f"8 0 sda 1 2 3 4 5 6 7 8 9 10 {2**64}\n",
+    "8 0 sda 1 2 3 4 5 6 7 8 9 10 000000000000000000011\n", "8 0 sda 1 2 3 4 5 6 7 8 9 10 \u0661\n",
+    "8 0 sd\u00e4 1 2 3 4 5 6 7 8 9 10 11\n",
+    "8 0 sda 1 2 3 4 5 6 7 8 9 10 11\n8 0 sda 1 2 3 4 5 6 7 8 9 10 11\n",
+    # a name missing on one line and a column too many on the next: the right number of tokens
+    "8 0 1 2 3 4 5 6 7 8 9 10 11\n8 16 sdb 1 2 3 4 5 6 7 8 9 10 11 12\n",
+])
+def test_the_single_pass_leaves_every_unusual_file_to_the_careful_parser(text):
+    assert device_table(text) is None
+
+
+@st.composite
+def _diskstats(draw):
+    """A /proc/diskstats as a kernel prints it (one layout for every line, names of disks,
+    partitions, loop and md devices, counters up to 64 bits), then maybe one change a kernel
+    would not make: a line a column short or long, a blank line, a carriage return or a form
+    feed inside a line, a line listed twice, a name that is missing or not ASCII, a number
+    that is not one."""
+    fields = draw(st.sampled_from([BASE_FIELDS, DISCARD_FIELDS, FLUSH_FIELDS]))
+    pool = ["sda", "sda1", "nvme0n1", "nvme0n1p1", "nvme1n1", "md127", "dm-0", "loop0", "zram0", "sr0", "vdb", "12"]
+    names = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=8, unique=True))
+    counter = st.one_of(st.integers(0, 2**64 - 1), st.integers(0, 10**6), st.just(0))
+    lines = [f"{draw(st.integers(0, 4095)):>4} {draw(st.integers(0, 2**20)):>7} {name} "
+             + " ".join(str(draw(counter)) for _ in range(fields)) for name in names]
+    change, at = drawn_change(draw, lines, ["cr", "ff", "no_name", "name", "number"])
+    if change in ("cr", "ff"):
+        cut = draw(st.integers(0, len(lines[at])))
+        lines[at] = lines[at][:cut] + ("\r" if change == "cr" else "\x0c") + lines[at][cut:]
+    elif change == "no_name":
+        lines[at] = lines[at].replace(f" {names[at]} ", " ", 1)
+    elif change == "name":
+        other = draw(st.sampled_from(["sd\u00e4", "\u0661"]))
+        lines[at] = lines[at].replace(f" {names[at]} ", f" {other} ", 1)
+    elif change == "number":
+        parts = lines[at].split()
+        parts[draw(st.sampled_from([0, 1, *range(3, len(parts))]))] = draw(st.sampled_from(NOT_COUNTERS))
+        lines[at] = " ".join(parts)
+    return "\n".join(lines) + draw(st.sampled_from(["\n", ""])), change
+
+
+@hypothesis_settings(max_examples=500, deadline=None)
+@given(_diskstats(), st.booleans())
+def test_the_single_pass_reads_what_the_careful_parser_reads_or_leaves_it_the_file(drawn, excluding):
+    text, change = drawn
+    keep = _keep if excluding else None
+    table = device_table(text, keep)
+    assert_read_alike_or_left(table, lambda: _careful(text, keep), change)
+    if table is not None:
+        assert parse_diskstats(text, keep) == Diskstats(table)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_single_pass_never_differs_from_the_careful_parser(data):
+    lines = text_fixture("diskstats", data.draw(st.sampled_from(sorted(DEVICES)))).splitlines()
+    index = data.draw(st.integers(0, len(lines) - 1))
+    lines[index] = data.draw(st.text(st.characters(codec="ascii"), max_size=60))
+    text = "\n".join(lines)
+    assert_read_alike_or_left(device_table(text), lambda: _careful(text), "changed")
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(_diskstats())
+def test_a_table_reading_and_its_trace_give_the_window_the_same_row(drawn):
+    assert_same_window_row(disk_stats.columns, Diskstats, device_table(drawn[0]))
 
 # -- source ------------------------------------------------------------------------------------
 

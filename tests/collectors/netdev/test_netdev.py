@@ -8,6 +8,7 @@ import re
 
 import pytest
 from hypothesis import given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from conftest import HOST_TREE, TEXT_FIXTURES, text_fixture
@@ -15,7 +16,7 @@ from fuzz import examples, only_parse_errors, texts
 from gpuwait.core.registry import resolve
 from gpuwait.core.errors import ParseError, SourceError
 from gpuwait.collectors.netdev import COLLECTOR
-from gpuwait.collectors.netdev.parse import parse_netdev
+from gpuwait.collectors.netdev.parse import _named_lines, _parse_counter_text, interface_table, parse_netdev
 from gpuwait.collectors.netdev.payload import InterfaceCounters, NetDev
 from gpuwait.core.ring import ColumnRing, WindowView
 from gpuwait.core.sampler import Sampler
@@ -23,10 +24,12 @@ from gpuwait.core.source import HostPaths
 from gpuwait.collectors.netdev.source import DEFAULT_DEVICE_EXCLUDE, NetdevSource
 from gpuwait.collectors.netdev import window as netdev_stats
 from host_collectors import copy_procfs, exporter_args, exposed, promtool_problems, rewrite
+from single_pass import NOT_COUNTERS, careful, drawn_change, assert_read_alike_or_left, assert_same_as_careful, assert_same_window_row
 from support import ExporterProcess, value
 
 EXCLUDE = re.compile(DEFAULT_DEVICE_EXCLUDE)
 HEADER = text_fixture("netdev", "6.8.txt").splitlines(keepends=True)[:2]
+HEADER_LINES = [line.rstrip("\n") for line in HEADER]
 
 # -- parser ------------------------------------------------------------------------------------
 
@@ -159,6 +162,93 @@ def test_fuzz_structured(lines):
 
 
 # -- source ------------------------------------------------------------------------------------
+
+
+# -- the single pass -----------------------------------------------------------------------------
+
+
+def _careful(lines: list[str], keep=None):
+    return careful(_named_lines(["", "", *lines]), _parse_counter_text, keep, "interface")
+
+
+def _keep(name: str) -> bool:
+    return EXCLUDE.search(name) is None
+
+
+@pytest.mark.parametrize("name", sorted(INTERFACES))
+def test_the_single_pass_reads_every_fixture_as_the_careful_parser_does(name):
+    lines = text_fixture("netdev", name).splitlines()[2:]
+    for keep in (None, _keep):
+        table = interface_table(lines, keep)
+        assert_same_as_careful(table, _careful(lines, keep))
+        assert parse_netdev("\n".join(HEADER_LINES + lines), keep) == NetDev(table)
+
+
+COUNTERS = " ".join(["1"] * 16)
+
+
+@pytest.mark.parametrize("lines", [
+    [], [""], [f"eth0: {COUNTERS}", "", f"eth1: {COUNTERS}"], [f"eth0: {COUNTERS} 17"], [f"eth0: {COUNTERS[:-2]}"],
+    [f"eth0 {COUNTERS}"], [f": {COUNTERS}"], [f"eth 0: {COUNTERS}"], [f"eth0: {COUNTERS}", f"eth0: {COUNTERS}"],
+    [f"eth0: {COUNTERS[:-1]}x"], [f"eth0: {COUNTERS[:-1]}-1"], [f"eth0: {COUNTERS[:-1]}{2**64}"],
+    [f"eth0: {COUNTERS[:-1]}\u0661"], [f"eth0: {COUNTERS[:-1]}1.5"], [f"eth0: {COUNTERS[:-1]}{'0' * 21}"],
+    # a name missing on one line and a counter too many on the next: the right number of tokens
+    [f" : {COUNTERS[2:]}", f"eth1: {COUNTERS} 1"],
+])
+def test_the_single_pass_leaves_every_unusual_file_to_the_careful_parser(lines):
+    assert interface_table(lines) is None
+
+
+@st.composite
+def _netdevs(draw):
+    """The lines of a /proc/net/dev after its header as a kernel prints them (names of
+    physical, virtual and container interfaces, counters up to 64 bits, old kernels' first
+    counter against the colon), then maybe one change a kernel would not make: a line a
+    counter short or long, a blank line, a line without its colon or its name, a name of two
+    words, a line listed twice, a number that is not one."""
+    pool = ["lo", "eth0", "eth0.100", "eno1np0", "ib0", "docker0", "flannel.1", "veth9a1b2c3", "cali3f2a9b1c0d4", "tunl0"]
+    names = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=8, unique=True))
+    counter = st.one_of(st.integers(0, 2**64 - 1), st.integers(0, 10**6), st.just(0))
+    lines = []
+    for name in names:
+        values = [str(draw(counter)) for _ in range(16)]
+        gap = draw(st.sampled_from([" ", "", "   "]))
+        lines.append(f"{name:>6}:{gap}" + " ".join(f"{v:>8}" for v in values))
+    change, at = drawn_change(draw, lines, ["colon", "no_name", "two_words", "number"])
+    if change == "colon":
+        lines[at] = lines[at].replace(":", " ", 1)
+    elif change == "no_name":
+        lines[at] = lines[at].replace(names[at], "", 1)
+    elif change == "two_words":
+        lines[at] = lines[at].replace(names[at], f"{names[at]} x", 1)
+    elif change == "number":
+        name, _, rest = lines[at].partition(":")
+        parts = rest.split()
+        parts[draw(st.integers(0, 15))] = draw(st.sampled_from(NOT_COUNTERS))
+        lines[at] = f"{name}: " + " ".join(parts)
+    return lines, change
+
+
+@hypothesis_settings(max_examples=500, deadline=None)
+@given(_netdevs(), st.booleans())
+def test_the_single_pass_reads_what_the_careful_parser_reads_or_leaves_it_the_lines(drawn, excluding):
+    lines, change = drawn
+    keep = _keep if excluding else None
+    assert_read_alike_or_left(interface_table(lines, keep), lambda: _careful(lines, keep), change)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_single_pass_never_differs_from_the_careful_parser(data):
+    lines = text_fixture("netdev", data.draw(st.sampled_from(sorted(INTERFACES)))).splitlines()[2:]
+    lines[data.draw(st.integers(0, len(lines) - 1))] = data.draw(st.text(st.characters(codec="ascii"), max_size=60))
+    assert_read_alike_or_left(interface_table(lines), lambda: _careful(lines), "changed")
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(_netdevs())
+def test_a_table_reading_and_its_trace_give_the_window_the_same_row(drawn):
+    assert_same_window_row(netdev_stats.columns, NetDev, interface_table(drawn[0]))
 
 
 def _source(tmp_path, text: str | None, exclude: str = DEFAULT_DEVICE_EXCLUDE) -> NetdevSource:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
 from operator import add
+
+from gpuwait.core.fields import ColumnTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,52 +18,21 @@ class CpuData:
     procs_blocked: int | None
 
 
-class CoreTable(Mapping[str, Mapping[str, float]]):
+class CoreTable(ColumnTable[Mapping[str, float]]):
     """Each core's modes in seconds, kept as the single pass of /proc/stat reads them: one
     column per mode, ``columns[k][i]`` the seconds of ``names[i]`` in ``modes[k]``.
 
     Ten times a second the window needs only each core's busy and total time, which are sums
-    of columns; the per-core mappings are made the first time something reads them (a scrape,
-    a trace line), once per reading whatever reads them."""
+    of columns; the per-core mappings are made the first time something reads them."""
 
-    __slots__ = ("names", "modes", "columns", "_cores")
+    __slots__ = ("modes",)
 
     def __init__(self, names: list[str], modes: tuple[str, ...], columns: list[list[float]]) -> None:
-        self.names = names
+        super().__init__(names, columns)
         self.modes = modes
-        self.columns = columns
-        self._cores: dict[str, dict[str, float]] | None = None
 
-    def _table(self) -> dict[str, dict[str, float]]:
-        cores = self._cores
-        if cores is None:
-            cores = dict(zip(self.names, map(dict, map(zip, repeat(self.modes), zip(*self.columns)))))
-            self._cores = cores
-        return cores
-
-    def __getitem__(self, core: str) -> Mapping[str, float]:
-        return self._table()[core]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def __contains__(self, core: object) -> bool:
-        return core in self._table()
-
-    def keys(self):  # the table's own views: no lookup per core
-        return self._table().keys()
-
-    def items(self):
-        return self._table().items()
-
-    def values(self):
-        return self._table().values()
-
-    def __repr__(self) -> str:
-        return f"CoreTable({self._table()!r})"
+    def _records(self) -> Iterable[dict[str, float]]:
+        return map(dict, map(zip, repeat(self.modes), zip(*self.columns)))
 
     def sums(self, modes: Iterable[str], start: list[float] | None = None) -> list[float]:
         """Per core, ``start`` (if given) plus those of ``modes`` the table holds, added one at

@@ -11,10 +11,12 @@ gets there within days. Values here are converted to bytes and seconds.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import chain, compress, repeat
+from operator import mul, truediv
 
-from gpuwait.collectors.diskstats.payload import DiskCounters, Diskstats
+from gpuwait.collectors.diskstats.payload import COUNTER_FIELDS, DiskCounters, Diskstats
 from gpuwait.core.errors import ParseError
-from gpuwait.core.fields import parse_devices, u64s
+from gpuwait.core.fields import DeviceTable, parse_devices, u64_columns, u64s
 
 SECTOR_BYTES = 512
 #: Width of the millisecond fields, in seconds: the modulus to unwrap them with.
@@ -52,8 +54,55 @@ def parse_diskstats(text: str, keep: Callable[[str], bool] | None = None) -> Dis
     A line that does not parse is listed in ``malformed`` and costs only that device; the
     whole text is rejected (ParseError) only when it has malformed lines and no good one.
     """
+    table = device_table(text, keep)
+    if table is not None:
+        return Diskstats(table)
     devices, malformed = parse_devices(_named_lines(text), parse_diskstats_line, keep, "device")
     return Diskstats(devices, malformed)
+
+
+#: Columns of a line in the layouts kernels print (``major minor name`` and the fields)
+_WIDTHS = frozenset(3 + fields for fields in (BASE_FIELDS, DISCARD_FIELDS, FLUSH_FIELDS))
+#: Per column after the name (major, minor, the fields): sectors to bytes, milliseconds to
+#: seconds, or the count as printed
+_CONVERSIONS = tuple((mul, SECTOR_BYTES) if name.endswith("_bytes") else (truediv, 1000) if name.endswith("_seconds")
+                     else None for name in COUNTER_FIELDS)
+
+
+def device_table(text: str, keep: Callable[[str], bool] | None = None) -> DeviceTable[DiskCounters] | None:
+    """``parse_diskstats`` of a file in the shape every kernel prints, in one pass over the
+    whole file; None for any other, which ``parse_diskstats`` then reads line by line.
+
+    The 10 Hz read of a node's /proc/diskstats is a line per disk, each with the same number
+    of columns: one split lays the values out with a fixed stride, so each field is a slice,
+    converted in C, where a line at a time costs a check, a list and a DiskCounters per disk.
+    What it takes as the usual shape: ASCII, every line one of the kernels' layouts and all of
+    the same width, every column but the name an unsigned 64-bit decimal, every name listed
+    once; anything else, and the careful parser decides."""
+    if not text.isascii():
+        return None
+    rows = list(map(str.split, text.splitlines()))
+    if not rows:
+        return None
+    width = len(rows[0])
+    if width not in _WIDTHS or any(len(row) != width for row in rows):
+        return None
+    tokens = list(chain.from_iterable(rows))
+    names = tokens[2::width]
+    if len(set(names)) != len(names):
+        return None
+    del tokens[2::width]  # what is left: width - 1 numbers a line
+    kept = None if keep is None else list(map(keep, names))
+    if kept is not None and all(kept):
+        kept = None
+    columns = u64_columns(tokens, width - 1, kept)
+    if columns is None:
+        return None
+    for k, conversion in enumerate(_CONVERSIONS[:len(columns)]):
+        if conversion is not None:
+            op, factor = conversion
+            columns[k] = list(map(op, columns[k], repeat(factor)))
+    return DeviceTable(names if kept is None else list(compress(names, kept)), columns, DiskCounters)
 
 
 def _named_lines(text: str):

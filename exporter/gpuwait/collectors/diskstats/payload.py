@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +34,13 @@ class DiskCounters:
     flush_time_seconds: float | None = None
 
 
+#: DiskCounters' fields in the order /proc/diskstats prints them
+COUNTER_FIELDS = tuple(f.name for f in fields(DiskCounters))
+
+
 @dataclass(frozen=True, slots=True)
 class Diskstats:
-    devices: dict[str, DiskCounters]
+    #: device -> counters; a live reading holds a core.fields.DeviceTable
+    devices: Mapping[str, DiskCounters]
     #: Device names (or "line N" where there was no name) of lines that did not parse.
     malformed: tuple[str, ...] = ()

@@ -10,13 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from itertools import chain
-from operator import attrgetter
 from typing import NamedTuple
 
 from gpuwait.collectors.diskstats.parse import TIME_FIELD_MODULUS_SECONDS as TIME_MODULUS
 from gpuwait.collectors.diskstats.payload import Diskstats
 from gpuwait.core.config import Settings
+from gpuwait.core.fields import interleaved
 from gpuwait.core.ring import Column, ColumnRow, RowKeys, WindowView
 from gpuwait.core.series import clamp_ratio, increase, maximum, steady
 
@@ -28,14 +27,14 @@ _READ_TIME, _WRITE_TIME, _IO_NOW, _IO_TIME, _WEIGHTED = "read_time", "write_time
 #: The counters the window statistics need, per device in this order; merges, discards and
 #: flushes are exposed from the latest reading alone.
 _KINDS = (_READS, _WRITES, _READ_BYTES, _WRITE_BYTES, _READ_TIME, _WRITE_TIME, _IO_NOW, _IO_TIME, _WEIGHTED)
-_VALUES = attrgetter("reads_completed", "writes_completed", "read_bytes", "write_bytes", "read_time_seconds",
-                     "write_time_seconds", "io_now", "io_time_seconds", "io_time_weighted_seconds")
+_FIELDS = ("reads_completed", "writes_completed", "read_bytes", "write_bytes", "read_time_seconds",
+           "write_time_seconds", "io_now", "io_time_seconds", "io_time_weighted_seconds")
 _ROW_KEYS = RowKeys(_KINDS)
 
 
 def columns(data: Diskstats) -> ColumnRow:
     devices = data.devices
-    return ColumnRow(_ROW_KEYS(tuple(devices)), list(chain.from_iterable(map(_VALUES, devices.values()))))
+    return ColumnRow(_ROW_KEYS(tuple(devices)), interleaved(devices, _FIELDS))
 
 
 @dataclass(frozen=True, slots=True)

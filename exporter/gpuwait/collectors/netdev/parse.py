@@ -10,10 +10,11 @@ dots and dashes (``eth0.100``, ``flannel.1``). Kernels before 2.6.31 printed the
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import chain, compress
 
 from gpuwait.collectors.netdev.payload import InterfaceCounters, NetDev
 from gpuwait.core.errors import ParseError
-from gpuwait.core.fields import parse_devices, u64s
+from gpuwait.core.fields import DeviceTable, parse_devices, u64_columns, u64s
 
 COUNTER_FIELDS = 16
 
@@ -36,8 +37,41 @@ def parse_netdev(text: str, keep: Callable[[str], bool] | None = None) -> NetDev
     lines = text.splitlines()
     if len(lines) < 2 or not lines[0].startswith("Inter-") or not lines[1].lstrip().startswith("face"):
         raise ParseError("no /proc/net/dev header")
+    table = interface_table(lines[2:], keep)
+    if table is not None:
+        return NetDev(table)
     interfaces, malformed = parse_devices(_named_lines(lines), _parse_counter_text, keep, "interface")
     return NetDev(interfaces, malformed)
+
+
+def interface_table(lines: list[str], keep: Callable[[str], bool] | None = None
+                    ) -> DeviceTable[InterfaceCounters] | None:
+    """``parse_netdev`` of the lines after the header in the shape every kernel prints, in one
+    pass over them all; None for any other, which ``parse_netdev`` then reads line by line.
+
+    What it takes as the usual shape: every line a name, a colon and the 16 counters, each an
+    unsigned 64-bit decimal, every name listed once; then the counters are laid out with a
+    fixed stride and each is a slice, converted in C, where a line at a time costs a check, a
+    list and an InterfaceCounters per interface."""
+    if not lines:
+        return None
+    parts = [line.partition(":") for line in lines]
+    names = [name.strip() for name, _, _ in parts]
+    # Every name one word: a blank one leaves a gap that the split of the joined names closes,
+    # one of several words splits apart. (A line without its colon has one of several words,
+    # or nothing after it.)
+    if " ".join(names).split() != names or len(set(names)) != len(names):
+        return None
+    rows = [rest.split() for _, _, rest in parts]
+    if any(len(row) != COUNTER_FIELDS for row in rows):
+        return None
+    kept = None if keep is None else list(map(keep, names))
+    if kept is not None and all(kept):
+        kept = None
+    columns = u64_columns(list(chain.from_iterable(rows)), COUNTER_FIELDS, kept)
+    if columns is None:
+        return None
+    return DeviceTable(names if kept is None else list(compress(names, kept)), columns, InterfaceCounters)
 
 
 def _parse_counter_text(rest: str) -> InterfaceCounters:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -27,6 +28,7 @@ class InterfaceCounters:
 
 @dataclass(frozen=True, slots=True)
 class NetDev:
-    interfaces: dict[str, InterfaceCounters]
+    #: interface -> counters; a live reading holds a core.fields.DeviceTable
+    interfaces: Mapping[str, InterfaceCounters]
     #: Interface names (or "line N" where there was no name) of lines that did not parse.
     malformed: tuple[str, ...] = ()

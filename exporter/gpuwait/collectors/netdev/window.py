@@ -8,12 +8,11 @@ into a modest figure, while the per-interval peak and the coefficient of variati
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
-from operator import attrgetter
 from typing import NamedTuple
 
 from gpuwait.collectors.netdev.payload import NetDev
 from gpuwait.core.config import Settings
+from gpuwait.core.fields import interleaved
 from gpuwait.core.ring import Column, ColumnRow, RowKeys, WindowView
 from gpuwait.core.series import added
 
@@ -23,12 +22,12 @@ _RECEIVE, _TRANSMIT = DIRECTIONS
 
 
 _ROW_KEYS = RowKeys((_RECEIVE, _TRANSMIT))
-_VALUES = attrgetter("receive_bytes", "transmit_bytes")
+_FIELDS = ("receive_bytes", "transmit_bytes")
 
 
 def columns(data: NetDev) -> ColumnRow:
     interfaces = data.interfaces
-    return ColumnRow(_ROW_KEYS(tuple(interfaces)), list(chain.from_iterable(map(_VALUES, interfaces.values()))))
+    return ColumnRow(_ROW_KEYS(tuple(interfaces)), interleaved(interfaces, _FIELDS))
 
 
 @dataclass(frozen=True, slots=True)
