@@ -79,7 +79,7 @@ def main() -> int:
                 job(ticket, ticket.out)
             except BaseException as e:  # as a worker hands it over
                 ticket.error = e
-            ticket.done.set()
+            ticket.done = True
             return ticket
         executor.DeviceExecutor.submit = submit
     settings, _ = resolve([f"--path.procfs={args.tree / 'proc'}", f"--path.sysfs={args.tree / 'sys'}"])

@@ -560,3 +560,27 @@ def test_executor_cancels_a_job_that_never_started_and_abandons_a_running_one():
 
 def test_empty_marker_is_not_na():
     assert EMPTY is not NA
+
+
+def test_waiting_for_jobs_ends_when_the_last_one_does_not_at_the_deadline():
+    executors = [executor.DeviceExecutor(f"t{i}") for i in range(4)]
+    try:
+        for _ in range(200):
+            # Jobs finish before, while and after the waiting side counts them.
+            tickets = [(ex, ex.submit(lambda ticket, out, i=i: out.__setitem__("i", i))) for i, ex in enumerate(executors)]
+            started = time.monotonic()
+            outcome = executor.wait_all(tickets, started + 30)
+            assert time.monotonic() - started < 10
+            assert [outcome[id(t)] for _, t in tickets] == ["done"] * 4
+            assert [t.out.freeze() for _, t in tickets] == [{"i": i} for i in range(4)]
+        slow = [(ex, ex.submit(lambda ticket, out, d=d: time.sleep(d))) for ex, d in zip(executors, (0.0, 0.05, 0.1, 0.2))]
+        started = time.monotonic()
+        outcome = executor.wait_all(slow, started + 30)
+        assert 0.2 <= time.monotonic() - started < 10
+        assert set(outcome.values()) == {"done"}
+        done_before = [(executors[0], executors[0].submit(lambda ticket, out: None))]
+        time.sleep(0.05)
+        assert executor.wait_all(done_before, time.monotonic() + 30) == {id(done_before[0][1]): "done"}
+    finally:
+        for ex in executors:
+            ex.close()

@@ -45,12 +45,16 @@ class Partial:
 class Ticket:
     """One job on one worker: its state as the waiting side sees it."""
 
-    __slots__ = ("job", "out", "done", "started_at", "current", "stuck_in", "error", "abandoned", "cancelled", "_worker")
+    __slots__ = ("job", "out", "done", "started_at", "current", "stuck_in", "error", "abandoned", "cancelled", "_worker",
+                 "_latch")
 
     def __init__(self, job: Callable[["Ticket", Partial], None]) -> None:
         self.job = job
         self.out = Partial()
-        self.done = threading.Event()
+        #: Finished or cancelled; written under its executor's lock.
+        self.done = False
+        #: Counted down when the job finishes: the waiting side's, set under the same lock.
+        self._latch: _Latch | None = None
         self.started_at: float | None = None
         #: What the job is doing right now (set by the job before each call), so that an
         #: abandoned job can name the call that hung.
@@ -61,6 +65,35 @@ class Ticket:
         self.abandoned = False
         self.cancelled = False
         self._worker: _Worker | None = None
+
+
+class _Latch:
+    """The jobs one ``wait_all`` waits for: the waiting side is woken once, by the last of
+    them, where waiting on each in turn would wake it once per GPU at every tick."""
+
+    __slots__ = ("_lock", "_remaining", "_gate")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: One more than the jobs watched until the waiting side has watched them all, so that
+        #: jobs finishing meanwhile cannot open the gate early.
+        self._remaining = 1
+        self._gate = threading.Lock()
+        self._gate.acquire()
+
+    def add(self) -> None:
+        with self._lock:
+            self._remaining += 1
+
+    def count_down(self) -> None:
+        with self._lock:
+            self._remaining -= 1
+            if self._remaining == 0:
+                self._gate.release()
+
+    def wait(self, timeout: float) -> None:
+        if timeout > 0 and self._gate.acquire(timeout=timeout):
+            self._gate.release()
 
 
 class _Worker:
@@ -112,7 +145,7 @@ class DeviceExecutor:
         """At the deadline: 'done', 'cancelled' (never started, removed from the queue) or
         'abandoned' (running: its worker is given up and replaced)."""
         with self._cv:
-            if ticket.done.is_set():
+            if ticket.done:
                 return "done"
             if ticket.started_at is None:
                 try:
@@ -140,12 +173,27 @@ class DeviceExecutor:
             self._closed = True
             for ticket in self._queue:
                 ticket.cancelled = True
-                ticket.done.set()
+                self._finish(ticket)
             self._queue.clear()
             if self._worker is not None:
                 self._worker.retired = True
                 self._worker = None
             self._cv.notify_all()
+
+    def _watch(self, ticket: Ticket, latch: _Latch) -> None:
+        """Have ``latch`` counted down when ``ticket`` finishes, unless it has."""
+        with self._cv:
+            if not ticket.done:
+                ticket._latch = latch
+                latch.add()
+
+    @staticmethod
+    def _finish(ticket: Ticket) -> None:
+        """Under the lock."""
+        ticket.done = True
+        latch, ticket._latch = ticket._latch, None
+        if latch is not None:
+            latch.count_down()
 
     # -- worker side -----------------------------------------------------------------------
     def _start_worker(self) -> None:
@@ -173,7 +221,7 @@ class DeviceExecutor:
             with self._cv:
                 worker.ticket = None
                 # Set under the lock: settle() must never see a finished job as running.
-                ticket.done.set()
+                self._finish(ticket)
                 if worker.retired and not self._closed:
                     self._stuck -= 1
                     came_back_late = True
@@ -192,10 +240,11 @@ def wait_all(pending: Iterable[tuple[DeviceExecutor, Ticket]], deadline: float) 
     Returns {id(ticket): outcome}."""
     pending = list(pending)
     outcome: dict[int, str] = {}
+    latch = _Latch()
     for executor, ticket in pending:
-        remaining = deadline - time.monotonic()
-        if remaining > 0:
-            ticket.done.wait(remaining)
+        executor._watch(ticket, latch)
+    latch.count_down()
+    latch.wait(deadline - time.monotonic())
     for executor, ticket in pending:
         outcome[id(ticket)] = executor.settle(ticket)
     return outcome
