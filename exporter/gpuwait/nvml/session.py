@@ -8,6 +8,7 @@ made, each call is named for the hang bound, and its errors are classified
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import Counter
@@ -38,6 +39,15 @@ _GPM_METRICS = (
     ("NVLINK_TOTAL_TX_PER_SEC", "nvlink_tx_bytes_per_second", MIB),
     ("NVLINK_TOTAL_RX_PER_SEC", "nvlink_rx_bytes_per_second", MIB),
 )
+#: (metric, its skip key, its NVML constant, name in gpuwait, scale) of every GPM metric
+_GPM_WANTED = tuple((metric, f"nvmlGpmMetricsGet({metric})", f"NVML_GPM_METRIC_{metric}", name, scale)
+                    for metric, name, scale in _GPM_METRICS)
+#: pynvml's structures (``_PrintableStructure``) pass every attribute read and write through
+#: Python-level hooks that only convert str and bytes. The numeric fields read at every fast
+#: tick of every GPU (samples, field values, GPM metrics) go through the generic accessors the
+#: hooks end in: the same ctypes fields, a third of the cost.
+_get = object.__getattribute__
+_set = object.__setattr__
 _NVLINK_ERRORS = (("DL_CRC_FLIT", "crc_flit"), ("DL_CRC_DATA", "crc_data"), ("DL_REPLAY", "replay"), ("DL_RECOVERY", "recovery"))
 _MAX_EVENTS_PER_READ = 64
 _NOT_A_MIG_ID = 0xFFFFFFFF
@@ -274,11 +284,12 @@ class DeviceSession:
             return got if got is NA else []
         value_type, samples = got
         stamps, values = [], []
+        members = _value_members(nv)
         for sample in samples:
-            stamp = int(sample.timeStamp)
+            stamp = int(_get(sample, "timeStamp"))
             if stamp <= last:
                 continue
-            value = _union_value(nv, sample.sampleValue, value_type)
+            value = _union_value(members, _get(sample, "sampleValue"), value_type)
             if value is None or not 0 <= value <= 100:
                 continue  # drivers have been seen returning garbage for idle buffers
             stamps.append(stamp)
@@ -321,30 +332,30 @@ class DeviceSession:
         state.previous, state.spare = current, previous
         if previous is None:
             return {}
-        wanted = [(metric, getattr(nv, f"NVML_GPM_METRIC_{metric}"), name, scale)
-                  for metric, name, scale in _GPM_METRICS if f"nvmlGpmMetricsGet({metric})" not in device.skips]
+        skips = device.skips
+        wanted = [(metric, key, getattr(nv, constant), name, scale)
+                  for metric, key, constant, name, scale in _GPM_WANTED if key not in skips]
         request = nv.c_nvmlGpmMetricsGet_t()
         request.version = nv.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(wanted)
         request.sample1 = previous
         request.sample2 = current
-        # pynvml's structures answer every attribute through a Python-level __getattribute__:
-        # the metrics array is looked up once, not once per metric, at 10 Hz for every GPU.
         metrics = request.metrics
-        for i, (_, metric_id, _, _) in enumerate(wanted):
-            metrics[i].metricId = metric_id
+        for i, (_, _, metric_id, _, _) in enumerate(wanted):
+            _set(metrics[i], "metricId", metric_id)
         got = self._call("nvmlGpmMetricsGet", nv.nvmlGpmMetricsGet, request)
         if got is NA:
             return NA
         values: dict[str, float] = {}
-        metrics, success = got.metrics, nv.NVML_SUCCESS
-        for i, (metric, _, name, scale) in enumerate(wanted):
+        metrics, success = _get(got, "metrics"), nv.NVML_SUCCESS
+        for i, (_, key, _, name, scale) in enumerate(wanted):
             result = metrics[i]
-            if result.nvmlReturn != success:
-                if result.nvmlReturn in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_FUNCTION_NOT_FOUND):
-                    self._failed(f"nvmlGpmMetricsGet({metric})", result.nvmlReturn, ())
+            returned = _get(result, "nvmlReturn")
+            if returned != success:
+                if returned in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_FUNCTION_NOT_FOUND):
+                    self._failed(key, returned, ())
                 continue  # anything else may be about this interval only
-            value = float(result.value) * scale
+            value = float(_get(result, "value")) * scale
             if value != value or value < 0:
                 continue
             values[name] = min(value, 1.0) if scale == 0.01 else value
@@ -581,18 +592,22 @@ class DeviceSession:
         if got is NA:
             return {}
         out: dict[str, Any] = {}
+        members = _value_members(nv)
         for name, value in zip(names, got):
-            if value.nvmlReturn != nv.NVML_SUCCESS:
-                self._failed(keys[name], value.nvmlReturn, ())
+            returned = _get(value, "nvmlReturn")
+            if returned != nv.NVML_SUCCESS:
+                self._failed(keys[name], returned, ())
                 out[name] = NA
                 continue
-            decoded = _union_value(nv, value.value, value.valueType)
+            decoded = _union_value(members, _get(value, "value"), _get(value, "valueType"))
             out[name] = NA if decoded is None else decoded
         return out
 
 
-def _union_value(nv, union, value_type: int) -> float | None:
-    member = {
+@functools.cache
+def _value_members(nv) -> dict[int, str]:
+    """NVML value type -> the member of ``c_nvmlValue_t`` that holds it."""
+    return {
         nv.NVML_VALUE_TYPE_DOUBLE: "dVal",
         nv.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
         nv.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
@@ -600,10 +615,14 @@ def _union_value(nv, union, value_type: int) -> float | None:
         nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
         nv.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
         nv.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
-    }.get(value_type)
+    }
+
+
+def _union_value(members: dict[int, str], union, value_type: int) -> float | None:
+    member = members.get(value_type)
     if member is None:
         return None
-    return float(getattr(union, member))
+    return float(_get(union, member))
 
 
 def _pci_bus_id(pci) -> str:
