@@ -6,8 +6,8 @@ from __future__ import annotations
 from itertools import repeat
 from operator import and_, ge, gt, or_
 
-from gpuwait.analysis.evidence.storage import MIN_READ_IOPS
-from gpuwait.analysis.timeseries import Grid, interval_marks
+from gpuwait.analysis.evidence.storage import MIN_READ_IOPS, disk_marks
+from gpuwait.analysis.timeseries import Grid
 from gpuwait.collectors.diskstats import window as disk_window
 from gpuwait.core.config import Settings
 from gpuwait.core.plugin import AnalysisInputs
@@ -29,18 +29,9 @@ def checkpoint(inputs: AnalysisInputs, grid: Grid, settings: Settings, gap: floa
         writes, write_bytes, read_bytes = rates
         return writes >= min_iops and write_bytes > WRITE_TO_READ * read_bytes
 
-    # Disks whose counters are steady are judged interval by interval, each interval once;
-    # the others (a disk that appeared, was reset or skipped a read) on the grid.
-    steady, others = [], []
-    for device in disk_window.devices(disks):
-        keys = disk_window.steady_counters(disks, device, "writes", "write_bytes", "read_bytes")
-        (steady if keys is not None else others).append(keys or device)
-    if steady:
-        marks = grid.on_intervals(disks.times, interval_marks(disks, ("checkpoint", min_iops), steady, saves, gap))
-        if marks is not None:
-            saving = list(map(bool, marks))
-        else:
-            others += [keys[0][1] for keys in steady]
+    marks, others = disk_marks(disks, grid, ("writes", "write_bytes", "read_bytes"), ("checkpoint", min_iops), saves, gap)
+    if marks is not None:
+        saving = list(map(bool, marks))
     for device in others:
         counters = disk_window.device_counters(disks, device)
         # A comparison with NaN is false: an instant without a rate is not writing.

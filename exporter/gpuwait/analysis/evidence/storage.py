@@ -19,6 +19,7 @@ uninterruptible sleep), as for every host-wide IO sign.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable
 from itertools import repeat
 from operator import and_, ge, or_
 
@@ -29,6 +30,7 @@ from gpuwait.collectors.nfs import window as nfs_window
 from gpuwait.collectors.pressure import window as pressure_window
 from gpuwait.core.config import Option, Settings, parse_fraction, parse_positive
 from gpuwait.core.plugin import AnalysisInputs
+from gpuwait.core.ring import WindowView
 
 IO_PRESSURE = Option("verdict.storage.io-pressure", parse_fraction, 0.1,
                      "IO pressure (PSI io some) at which tasks count as stalled on storage.")
@@ -67,19 +69,10 @@ def storage(inputs: AnalysisInputs, grid: Grid, settings: Settings, gap: float) 
             read_rate, queue = rates
             return (READING | LONG_QUEUE if queue >= depth else READING) if read_rate >= min_iops else 0
 
-        # Disks whose counters are steady are judged interval by interval, each interval
-        # once; the others (a disk that appeared, was reset or skipped a read) on the grid.
-        steady, others = [], []
-        for device in disk_window.devices(disks):
-            keys = disk_window.steady_counters(disks, device, "reads", "queue_time")
-            (steady if keys is not None else others).append(keys or device)
-        if steady:
-            marks = grid.on_intervals(disks.times, interval_marks(disks, ("storage", min_iops, depth), steady, reads, gap))
-            if marks is not None:
-                reading = [bool(m & READING) for m in marks]
-                long_queue = [bool(m & LONG_QUEUE) for m in marks]
-            else:
-                others += [keys[0][1] for keys in steady]
+        marks, others = disk_marks(disks, grid, ("reads", "queue_time"), ("storage", min_iops, depth), reads, gap)
+        if marks is not None:
+            reading = [bool(m & READING) for m in marks]
+            long_queue = [bool(m & LONG_QUEUE) for m in marks]
         for device in others:
             counters = disk_window.device_counters(disks, device)
             # A comparison with NaN is false: an instant without a rate is not reading.
@@ -100,6 +93,29 @@ def storage(inputs: AnalysisInputs, grid: Grid, settings: Settings, gap: float) 
         blocked = grid.hold(cpu_window.procs_blocked(cpu)) if cpu is not None else [math.nan] * n
         stalled = [b == b and b >= 1 for b in blocked]
     return [reading[i] and (stalled[i] or long_queue[i] or slow_nfs[i]) for i in range(n)]
+
+
+def disk_marks(disks: WindowView, grid: Grid, counters: tuple[str, ...], name: Hashable,
+               judge: Callable[[list[float]], int], gap: float) -> tuple[list[int] | None, list[str]]:
+    """The marks ``judge`` sets per grid point from the rates of ``counters`` (DeviceCounters'
+    field names) of every disk it can judge interval by interval, each interval once
+    (``interval_marks``, its memo named by ``name``); and the disks left to judge on the grid:
+    those whose counters are not steady (a disk that appeared, was reset or skipped a read),
+    or every disk where the grid cannot look its intervals up. Marks are None where no disk
+    was judged by interval."""
+    steady, others = [], []
+    for device in disk_window.devices(disks):
+        keys = disk_window.steady_counters(disks, device, *counters)
+        if keys is not None:
+            steady.append(keys)
+        else:
+            others.append(device)
+    if not steady:
+        return None, others
+    marks = grid.on_intervals(disks.times, interval_marks(disks, name, steady, judge, gap))
+    if marks is None:
+        others += [keys[0][1] for keys in steady]
+    return marks, others
 
 
 def _nfs_slow(inputs: AnalysisInputs, grid: Grid, settings: Settings, reading: list[bool]) -> list[bool]:
