@@ -160,7 +160,7 @@ def test_daemonset_runs_unprivileged_on_gpu_nodes_and_sees_the_host(tmp_path):
     for section in container["resources"].values():
         assert set(section) == {"cpu", "memory"}
     # The chart's figures, which test_deploy_helm.py holds to docs/performance.md's measurements.
-    assert container["resources"] == {"requests": {"cpu": "200m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
+    assert container["resources"] == {"requests": {"cpu": "250m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
     assert container["livenessProbe"]["httpGet"]["path"] == "/-/healthy"
     assert container["readinessProbe"]["httpGet"]["path"] == "/-/ready"
 
