@@ -87,14 +87,19 @@ def parse_devices(
     return devices, tuple(malformed)
 
 
-def u64_columns(tokens: list[str], stride: int, kept: list[bool] | None = None) -> list[list[int]] | None:
-    """The columns of a table of counters laid out row after row, ``stride`` tokens a row, of
-    the rows ``kept`` marks (every row without it); None when any token is not an unsigned
-    64-bit decimal (as ``u64s`` has it), which the caller then leaves to a line-by-line parse.
-    The checks and conversions run a column at a time, in C."""
+def counter_columns(names: list[str], tokens: list[str], stride: int, keep: Callable[[str], bool] | None = None
+                    ) -> tuple[list[str], list[list[int]]] | None:
+    """The ``names`` that ``keep`` accepts (all without ``keep``) and the columns of their
+    counters, which ``tokens`` lays out row after row, ``stride`` a row, in the order of
+    ``names``; None when any token is not an unsigned 64-bit decimal (as ``u64s`` has it),
+    which the caller then leaves to a line-by-line parse. The checks and conversions run a
+    column at a time, in C."""
     digits = "".join(tokens)
     if not (digits.isascii() and digits.isdigit()) or max(map(len, tokens), default=0) > 20:
         return None
+    kept = None if keep is None else list(map(keep, names))
+    if kept is not None and all(kept):
+        kept = None
     columns = []
     for k in range(stride):
         column = tokens[k::stride]
@@ -102,7 +107,7 @@ def u64_columns(tokens: list[str], stride: int, kept: list[bool] | None = None) 
         if values and max(values) > U64_MAX:
             return None
         columns.append(values)
-    return columns
+    return (names if kept is None else list(compress(names, kept))), columns
 
 
 class ColumnTable(Mapping[str, V]):

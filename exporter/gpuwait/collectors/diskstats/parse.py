@@ -11,12 +11,12 @@ gets there within days. Values here are converted to bytes and seconds.
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import chain, compress, repeat
+from itertools import chain, repeat
 from operator import mul, truediv
 
 from gpuwait.collectors.diskstats.payload import COUNTER_FIELDS, DiskCounters, Diskstats
 from gpuwait.core.errors import ParseError
-from gpuwait.core.fields import DeviceTable, parse_devices, u64_columns, u64s
+from gpuwait.core.fields import DeviceTable, counter_columns, parse_devices, u64s
 
 SECTOR_BYTES = 512
 #: Width of the millisecond fields, in seconds: the modulus to unwrap them with.
@@ -92,17 +92,15 @@ def device_table(text: str, keep: Callable[[str], bool] | None = None) -> Device
     if len(set(names)) != len(names):
         return None
     del tokens[2::width]  # what is left: width - 1 numbers a line
-    kept = None if keep is None else list(map(keep, names))
-    if kept is not None and all(kept):
-        kept = None
-    columns = u64_columns(tokens, width - 1, kept)
-    if columns is None:
+    counted = counter_columns(names, tokens, width - 1, keep)
+    if counted is None:
         return None
+    names, columns = counted
     for k, conversion in enumerate(_CONVERSIONS[:len(columns)]):
         if conversion is not None:
             op, factor = conversion
             columns[k] = list(map(op, columns[k], repeat(factor)))
-    return DeviceTable(names if kept is None else list(compress(names, kept)), columns, DiskCounters)
+    return DeviceTable(names, columns, DiskCounters)
 
 
 def _named_lines(text: str):

@@ -10,11 +10,11 @@ dots and dashes (``eth0.100``, ``flannel.1``). Kernels before 2.6.31 printed the
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import chain, compress
+from itertools import chain
 
 from gpuwait.collectors.netdev.payload import InterfaceCounters, NetDev
 from gpuwait.core.errors import ParseError
-from gpuwait.core.fields import DeviceTable, parse_devices, u64_columns, u64s
+from gpuwait.core.fields import DeviceTable, counter_columns, parse_devices, u64s
 
 COUNTER_FIELDS = 16
 
@@ -65,13 +65,10 @@ def interface_table(lines: list[str], keep: Callable[[str], bool] | None = None
     rows = [rest.split() for _, _, rest in parts]
     if any(len(row) != COUNTER_FIELDS for row in rows):
         return None
-    kept = None if keep is None else list(map(keep, names))
-    if kept is not None and all(kept):
-        kept = None
-    columns = u64_columns(list(chain.from_iterable(rows)), COUNTER_FIELDS, kept)
-    if columns is None:
+    counted = counter_columns(names, list(chain.from_iterable(rows)), COUNTER_FIELDS, keep)
+    if counted is None:
         return None
-    return DeviceTable(names if kept is None else list(compress(names, kept)), columns, InterfaceCounters)
+    return DeviceTable(*counted, InterfaceCounters)
 
 
 def _parse_counter_text(rest: str) -> InterfaceCounters:
