@@ -101,6 +101,28 @@ def ref_alignment(net, busy, waiting, start=0):
     return out
 
 
+def ref_evidence(net, links):
+    evidence = [False] * net.n
+    for link, bursts in links:
+        if link.aligned:
+            evidence = [a or b for a, b in zip(evidence, bursts)]
+    return evidence
+
+
+def ref_quiet(net):
+    if not net.links:
+        return [False] * net.n
+    floor = net.settings[network.MIN_PEAK]
+    return [all(rate[i] == rate[i] and rate[i] < floor for _, rate in net.links) for i in range(net.n)]
+
+
+def ref_moving(net):
+    out = [0.0] * net.n
+    for _, rate in net.links:
+        out = [a + r for a, r in zip(out, rate)]
+    return out
+
+
 def ref_dominant_period(values, step, min_cycles=3):
     n = len(values)
     valid = [v for v in values if v == v]
@@ -321,7 +343,11 @@ def test_network_alignment_equals_the_loop(data):
             # Not on the grid (a shorter series): the loop's truncation.
             busy = busy[: data.draw(st.integers(0, n))]
         for start in data.draw(st.lists(st.sampled_from([0, 0, n // 2, max(n - 2, 0), n]), min_size=1, max_size=3)):
-            assert same(net.alignment(busy, waiting, start), ref_alignment(net, busy, waiting, start))
+            links = net.alignment(busy, waiting, start)
+            assert same(links, ref_alignment(net, busy, waiting, start))
+            assert same(net.evidence(links), ref_evidence(net, links))
+    assert same(net.quiet(), ref_quiet(net))
+    assert same(net.moving(), ref_moving(net))
 
 
 @st.composite

@@ -14,10 +14,10 @@ share of its NICs' rate on busy ports adds to this evidence (analysis.evidence.c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import compress
-from operator import and_, eq
+from itertools import compress, repeat
+from operator import add, and_, eq, ge, lt, or_
 
 from gpuwait.analysis.timeseries import Centred, Grid, correlation, pearson
 from gpuwait.collectors.netdev import window as netdev_window
@@ -71,7 +71,7 @@ class Network:
         self.links: list[tuple[LinkAlignment, list[float]]] = []
         self._burst_cache: dict[int, list[_LinkSide]] = {}
         #: Each link's side of its correlations, per start and mask of the pairs valid on both.
-        self._sides: dict[tuple[int, int, bytes | None], Centred] = {}
+        self._sides: dict[tuple[int, int, int | None], Centred] = {}
         netdev = inputs.views.get("netdev")
         if netdev is not None:
             for link in netdev_window.links(netdev):
@@ -111,30 +111,31 @@ class Network:
             return out
         # Every GPU is correlated with every link twice a pass: each side is centred once
         # over the pairs where both are valid (the link's own NaN, where the GPU has none),
-        # so that a correlation is one dot product, with pearson's arithmetic.
+        # so that a correlation is one dot product, with pearson's arithmetic. The pairs valid
+        # on both are one AND of two masks (``_mask``), which also keys the centred sides.
         total = sum(busy)
-        busy_valid = None if total == total else list(map(eq, busy, busy))
-        sides: dict[bytes | None, Centred] = {}
+        busy_valid = None if total == total else _mask(map(eq, busy, busy))
+        sides: dict[int | None, Centred] = {}
         waits = _Waits(waiting)
         anticorrelation, in_waits = -s[ANTICORRELATION], s[BURSTS_IN_WAITS]
+        judged = len(busy)
         for i, ((link, _), side) in enumerate(zip(self.links, self._bursts(start))):
             rate, burst = side.rate, side.burst
             if burst is None:
                 out.append((link, [False] * self.n))
                 continue
             if busy_valid is None:
-                valid, key = side.valid, side.key
+                valid = side.valid
             else:
-                valid = busy_valid if side.valid is None else list(map(and_, busy_valid, side.valid))
-                key = bytes(valid)
-            x = sides.get(key)
+                valid = busy_valid if side.valid is None else busy_valid & side.valid
+            x = sides.get(valid)
             if x is None:
-                x = sides[key] = Centred(busy, total) if valid is None else Centred(list(compress(busy, valid)))
-            y = self._sides.get((start, i, key))
+                x = sides[valid] = Centred(busy, total) if valid is None else Centred(list(compress(busy, _flags(valid, judged))))
+            y = self._sides.get((start, i, valid))
             if y is None:
-                y = self._sides[start, i, key] = Centred(rate) if valid is None else Centred(list(compress(rate, valid)))
+                y = self._sides[start, i, valid] = Centred(rate) if valid is None else Centred(list(compress(rate, _flags(valid, judged))))
             r = correlation(x, y)
-            aligned = (r is not None and r <= anticorrelation) or waits.hold(burst, side.bursts, in_waits)
+            aligned = (r is not None and r <= anticorrelation) or waits.hold(side.burst_mask, side.bursts, in_waits)
             out.append((LinkAlignment(link.link, link.kind, link.link_layer, r, aligned),
                         before + burst if aligned else [False] * self.n))
         return out
@@ -150,16 +151,15 @@ class Network:
         for _, rate in self.links:
             rate = rate[start:]
             total = sum(rate)
-            valid = None if total == total else list(map(eq, rate, rate))
-            key = None if valid is None else bytes(valid)
+            valid = None if total == total else _mask(map(eq, rate, rate))
             # The link's burst rate: a high quantile, not the maximum, so that one pause storm
             # or one lucky interval does not set the bar for every burst.
             peak = quantile(rate, PEAK_QUANTILE) or 0.0
             if peak < s[MIN_PEAK]:
-                cached.append(_LinkSide(rate, None, valid, key))
+                cached.append(_LinkSide(rate, None, valid))
                 continue
-            level = s[BURST_SHARE] * peak
-            cached.append(_LinkSide(rate, [v == v and v >= level for v in rate], valid, key))
+            # NaN >= level is False: an instant without a rate is no burst.
+            cached.append(_LinkSide(rate, list(map(ge, rate, repeat(s[BURST_SHARE] * peak))), valid))
         self._burst_cache[start] = cached
         return cached
 
@@ -168,15 +168,19 @@ class Network:
         verdict.network.min-peak (no link known: not quiet, nothing can be said)."""
         if not self.links:
             return [False] * self.n
-        floor = self.settings[MIN_PEAK]
-        return [all(rate[i] == rate[i] and rate[i] < floor for _, rate in self.links) for i in range(self.n)]
+        floor = repeat(self.settings[MIN_PEAK])
+        quiet = [True] * self.n
+        for _, rate in self.links:
+            # NaN < floor is False: an instant without a rate is not quiet.
+            quiet = list(map(and_, quiet, map(lt, rate, floor)))
+        return quiet
 
     def moving(self) -> list[float]:
         """Per instant, the bytes per second every NIC and RDMA port of the host moves
         together (NaN where a link's rate is not known; 0 with no link)."""
         out = [0.0] * self.n
         for _, rate in self.links:
-            out = [a + r for a, r in zip(out, rate)]
+            out = list(map(add, out, rate))
         return out
 
     def port_rates(self, devices: set[str]) -> list[list[float]]:
@@ -187,7 +191,7 @@ class Network:
         evidence = [False] * self.n
         for link, bursts in links:
             if link.aligned:
-                evidence = [a or b for a, b in zip(evidence, bursts)]
+                evidence = list(map(or_, evidence, bursts))
         return evidence
 
 
@@ -204,40 +208,54 @@ def _in_waits(burst: Sequence[bool], waiting: Sequence[float], share: float) -> 
     return inside >= share and inside - base >= MIN_LIFT
 
 
+def _mask(flags: Iterable[bool]) -> int:
+    """Flags as an integer of one byte per flag, 0 or 1, the first flag in the lowest byte:
+    the AND of two masks is their flags' AND, and its bit count how many are set in both,
+    each one operation at C speed where a list of flags costs one step per flag."""
+    return int.from_bytes(bytes(flags), "little")
+
+
+def _flags(mask: int, n: int) -> bytes:
+    """The ``n`` flags of ``mask``, as selectors for ``compress``."""
+    return mask.to_bytes(n, "little")
+
+
 class _LinkSide:
     """A link's rates over the judged instants, its burst instants among them (None: it never
-    reaches verdict.network.min-peak) and how many, and which rates are valid (None: all)
-    with that mask as a key."""
+    reaches verdict.network.min-peak), as a ``_mask`` too, and how many, and which rates are
+    valid (a ``_mask``; None: all)."""
 
-    __slots__ = ("rate", "burst", "bursts", "valid", "key")
+    __slots__ = ("rate", "burst", "burst_mask", "bursts", "valid")
 
-    def __init__(self, rate: list[float], burst: list[bool] | None, valid: list[bool] | None, key: bytes | None) -> None:
-        self.rate, self.burst, self.valid, self.key = rate, burst, valid, key
-        self.bursts = sum(burst) if burst is not None else 0
+    def __init__(self, rate: list[float], burst: list[bool] | None, valid: int | None) -> None:
+        self.rate, self.burst, self.valid = rate, burst, valid
+        self.burst_mask = _mask(burst) if burst is not None else 0
+        self.bursts = self.burst_mask.bit_count()
 
 
 class _Waits:
     """A GPU's waits as ``_in_waits`` judges every link's bursts against them: which instants
-    are known and which are waits, counted once per GPU, so that a link costs a count or two
-    at C speed. ``burst`` must be as long as ``waiting``."""
+    are known and which are waits (``_mask``s), counted once per GPU, so that a link costs a
+    bit count or two. The bursts must be as many as ``waiting``'s instants."""
 
     __slots__ = ("known", "waits", "base", "all_known")
 
     def __init__(self, waiting: Sequence[float]) -> None:
-        self.known = list(map(eq, waiting, waiting))
+        self.known = _mask(map(eq, waiting, waiting))
         # NaN >= 0.5 is False: an unknown instant is never a wait.
-        self.waits = [w >= 0.5 for w in waiting]
-        known = sum(self.known)
-        self.all_known = known == len(self.known)
-        self.base = sum(self.waits) / known if known else None
+        self.waits = _mask(map(ge, waiting, repeat(0.5)))
+        known = self.known.bit_count()
+        self.all_known = known == len(waiting)
+        self.base = self.waits.bit_count() / known if known else None
 
-    def hold(self, burst: Sequence[bool], bursts: int, share: float) -> bool:
-        """Whether ``burst`` (``bursts`` of its instants) falls in the waits as _in_waits has it."""
+    def hold(self, burst: int, bursts: int, share: float) -> bool:
+        """Whether the bursts of ``burst`` (a ``_mask``, ``bursts`` of them) fall in the waits
+        as _in_waits has it."""
         if self.base is None:
             return False
         if not self.all_known:
-            bursts = sum(compress(self.known, burst))
+            bursts = (self.known & burst).bit_count()
         if bursts < 3:
             return False
-        inside = sum(compress(self.waits, burst)) / bursts
+        inside = (self.waits & burst).bit_count() / bursts
         return inside >= share and inside - self.base >= MIN_LIFT
