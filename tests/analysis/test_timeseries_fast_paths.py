@@ -266,6 +266,9 @@ def test_grid_rates_of_columns_sharing_their_times_equal_the_loop(data):
     g = Grid(at, 0.1)
     columns = [Column(times, values) for times, values in sources]
     columns += [Column(times, data.draw(sampled(min_size=n, max_size=n))[1]) for times, _ in sources]
+    # Another counter missing the same samples as one of them: the same valid times.
+    columns += [Column(times, [v + (i % 3) * i if v == v else NAN for i, v in enumerate(values)])
+                for times, values in sources]
     # The grid keeps what it worked out from a column's times for the next with the same.
     for column in (*columns, *columns):
         assert same(g.rates(column, gap), ref_interval_rates_at(column.times, column.values, at, gap))
@@ -276,6 +279,9 @@ def test_a_grid_does_not_take_one_list_of_times_for_another():
     assert g.rates(Column([0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0]), 2.0) == [1.0, 1.0, 1.0]
     # Another list, equal in length and key-free: its own intervals, not the first one's.
     assert g.rates(Column([0.0, 2.0, 2.2, 3.0], [0.0, 2.0, 3.0, 3.0]), 2.0) == [1.0, 1.0, 0.0]
+    # Nor where a sample is missing, whose intervals are kept by the samples that are valid.
+    assert g.rates(Column([0.0, 1.0, 2.0, 3.0], [0.0, NAN, 2.0, 3.0]), 2.0) == [1.0, 1.0, 1.0]
+    assert g.rates(Column([0.0, 1.8, 2.0, 3.0], [0.0, NAN, 3.0, 3.0]), 2.0) == [1.5, 1.5, 0.0]
 
 
 _signal = st.one_of(st.floats(-1e6, 1e6), st.just(NAN), st.just(0.0), st.just(-0.0), st.just(1.0), st.just(math.inf),

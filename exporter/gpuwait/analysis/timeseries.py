@@ -54,10 +54,12 @@ class _Intervals:
     them and, for each grid point, the interval that covers it. Columns of one source share
     their times, so a grid works this out once per source, not once per column."""
 
-    __slots__ = ("times", "lengths", "shortest", "longest", "covering")
+    __slots__ = ("times", "source", "lengths", "shortest", "longest", "covering")
 
-    def __init__(self, times: list[float], at: Sequence[float]) -> None:
+    def __init__(self, times: list[float], at: Sequence[float], source: Sequence[float] | None = None) -> None:
         self.times = times
+        #: the column's sample times ``times`` were taken from (its valid samples'), or themselves
+        self.source = times if source is None else source
         self.lengths = list(map(sub, islice(times, 1, None), times))
         # min() and max() skip a NaN after the first element: a NaN interval gives a NaN rate
         # on either path below, so only the others decide which one is taken.
@@ -75,7 +77,7 @@ class _Intervals:
 
 def interval_rates_at(
     times: Sequence[float], counter: Sequence[float], at: Sequence[float], max_gap: float,
-    modulus: float | None = None, intervals: dict[int, _Intervals] | None = None,
+    modulus: float | None = None, intervals: dict[Hashable, _Intervals] | None = None,
 ) -> list[float]:
     """Rate of a counter over the sampling interval that covers each time in ``at``.
 
@@ -84,7 +86,8 @@ def interval_rates_at(
     interval is longer than ``max_gap`` or the counter went backwards (reset).
 
     ``intervals`` keeps the work that depends on ``times`` and ``at`` alone between calls
-    for the same ``at`` (a grid's), keyed by the identity of ``times``.
+    for the same ``at`` (a grid's), keyed by the identity of ``times`` (and which samples are
+    valid, where some are not).
     """
     # The verdict calls this for every link and disk counter at each pass: the differences,
     # the quotients and the look-up of each grid point's interval run at C speed, with the
@@ -101,13 +104,18 @@ def interval_rates_at(
             if intervals is not None and ts is times:
                 intervals[id(times)] = cached
     else:
-        ts = []
-        vs = []
-        for t, v in zip(times, counter):
-            if v == v:
-                ts.append(t)
-                vs.append(v)
-        cached = _Intervals(ts, at)
+        # The valid samples alone. Columns of one source miss the same rows (a read that
+        # failed), so their intervals are kept per mask of valid samples too; a kept entry
+        # holds on to ``times``, so that its id names no other list meanwhile.
+        valid = list(map(eq, counter, counter))
+        ts = list(compress(times, valid))
+        vs = list(compress(counter, valid))
+        key = (id(times), bytes(valid))
+        cached = intervals.get(key) if intervals is not None else None
+        if cached is None:
+            cached = _Intervals(ts, at, times)
+            if intervals is not None:
+                intervals[key] = cached
     last = len(ts) - 1
     if last < 1:
         return [nan] * len(at)
@@ -439,7 +447,7 @@ class Grid:
 
     times: list[float]
     step: float
-    _intervals: dict[int, _Intervals] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _intervals: dict[Hashable, _Intervals] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.times)
