@@ -4,6 +4,7 @@ import random
 import pytest
 
 from gpuwait.analysis.timeseries import (
+    Grid,
     autocorrelation,
     dominant_period,
     grid,
@@ -17,6 +18,25 @@ NAN = math.nan
 
 def square_wave(n, period_samples, duty, high=1.0, low=0.0, phase=0):
     return [high if ((i + phase) % period_samples) < duty * period_samples else low for i in range(n)]
+
+
+def test_a_series_shared_on_a_grid_is_worked_out_once_per_key_and_source():
+    g = Grid([0.0, 0.1], 0.1)
+    made = []
+
+    def make(value):
+        made.append(value)
+        return [value, value]
+
+    first, second = object(), object()
+    assert g.shared("rate", first, lambda: make(1.0)) == [1.0, 1.0]
+    assert g.shared("rate", first, lambda: make(2.0)) == [1.0, 1.0]
+    # Another view of the next pass, or another series of the same view: their own.
+    assert g.shared("rate", second, lambda: make(3.0)) == [3.0, 3.0]
+    assert g.shared("other", first, lambda: make(4.0)) == [4.0, 4.0]
+    assert made == [1.0, 3.0, 4.0]
+    # A new grid (the next pass) starts afresh.
+    assert Grid([0.0, 0.1], 0.1).shared("rate", first, lambda: make(5.0)) == [5.0, 5.0]
 
 
 def test_grid_is_inclusive_and_even():

@@ -448,6 +448,8 @@ class Grid:
     times: list[float]
     step: float
     _intervals: dict[Hashable, _Intervals] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _shared: dict[Hashable, tuple[object, list[float]]] = field(default_factory=dict, init=False, repr=False,
+                                                                 compare=False)
 
     def __len__(self) -> int:
         return len(self.times)
@@ -457,6 +459,15 @@ class Grid:
         grid steps by default)."""
         age = HOLD_INTERVALS * self.step if max_age is None else max_age
         return sample_and_hold(column.times, column.values, self.times, age)
+
+    def shared(self, key: Hashable, source: object, make: Callable[[], list[float]]) -> list[float]:
+        """``make()``, worked out once on this grid for ``key`` and ``source`` (the window view
+        it reads, kept so that its id names no other meanwhile): a series on the grid that
+        several analyses of one pass read, and none changes."""
+        kept = self._shared.get((key, id(source)))
+        if kept is None:
+            kept = self._shared[key, id(source)] = (source, make())
+        return kept[1]
 
     def rates(self, column: Column, gap: float) -> list[float]:
         """A counter's rate over the sampling interval that covers each grid point."""

@@ -126,7 +126,12 @@ def input_copy_share(view: WindowView, grid: Grid, gpu: tuple[str, str], device:
 
 def pcie_rate(view: WindowView, grid: Grid, gpu: tuple[str, str]) -> list[float]:
     """Bytes per second over the GPU's PCIe link, both directions, at each instant: from the
-    driver's byte counters, or from GPM where the GPU has no counters."""
+    driver's byte counters, or from GPM where the GPU has no counters. Several evidences of a
+    pass read it: it is worked out once per grid (and not to be changed)."""
+    return grid.shared(("pcie_rate", gpu), view, lambda: _pcie_rate(view, grid, gpu))
+
+
+def _pcie_rate(view: WindowView, grid: Grid, gpu: tuple[str, str]) -> list[float]:
     rate = grid.rates(gpu_window.pcie_bytes(view, gpu), HOLD_INTERVALS * grid.step)
     if not any(v == v for v in rate):
         rx, tx = gpu_window.gpm_pcie_rates(view, gpu)
