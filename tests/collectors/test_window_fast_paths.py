@@ -11,11 +11,13 @@ import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from gpuwait.collectors.diskstats import window as diskstats_window
+from gpuwait.collectors.gpu import window as gpu_window
 from gpuwait.collectors.netdev import window as netdev_window
 from gpuwait.collectors.pressure import window as pressure_window
 from gpuwait.collectors.rdma import window as rdma_window
 from gpuwait.collectors.rdma.window import LEGACY_COUNTER_MAX
 from gpuwait.core import series
+from gpuwait.core.registry import registry, resolve
 from gpuwait.core.ring import ColumnRing, WindowView
 
 #: A counter's step: forward by a little or a lot, a reset, a missing read, standing still.
@@ -31,8 +33,19 @@ KEYS = {
     "diskstats": [(k, "nvme0n1") for k in ("reads", "writes", "read_bytes", "write_bytes", "read_time", "write_time",
                                            "io_now", "io_time", "weighted")],
     "pressure": [(r, s) for r in ("cpu", "io") for s in ("some", "full")],
+    # The PCIe byte counters, and GPM's rates and utilization beside them.
+    "gpu": [(signal, "0", "GPU-0") for signal in (gpu_window.PCIE_TX, gpu_window.PCIE_RX, gpu_window.UTIL,
+                                                   "gpm_pcie_tx", "gpm_pcie_rx")],
 }
+
+
+def _gpu_summarize(view, _):
+    registry()
+    return gpu_window.summarize(view, resolve([])[0])
+
+
 SUMMARIZE = {
+    "gpu": _gpu_summarize,
     "netdev": netdev_window.summarize,
     "rdma": rdma_window.summarize,
     "diskstats": diskstats_window.summarize,

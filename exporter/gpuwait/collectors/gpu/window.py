@@ -25,7 +25,7 @@ from gpuwait.collectors.gpu.payload import GpuDeviceData
 from gpuwait.core.config import Option, Settings, parse_fraction
 from gpuwait.core.facts import CLOCK_EVENT_REASONS
 from gpuwait.core.ring import Column, WindowView
-from gpuwait.core.series import added, interval_rates, mean, quantiles, valid, window_rate
+from gpuwait.core.series import added, interval_rates, mean, quantiles, valid
 
 IDLE_THRESHOLD = Option("collector.gpu.idle-threshold", parse_fraction, 0.05,
                         "Utilization below which a GPU sample counts as idle in the window's idle fraction.",
@@ -146,7 +146,7 @@ def _summarize_gpu(view: WindowView, index: str, uuid: str, threshold: float) ->
     means = {signal: mean(column(signal)) for signal in RATIO_SIGNALS}
     pcie = {}
     for direction, counter, gpm in (("tx", PCIE_TX, _GPM_PCIE_TX), ("rx", PCIE_RX, _GPM_PCIE_RX)):
-        rate = window_rate(view.times, column(counter))
+        rate = view.rate((counter, index, uuid))
         if rate is None:
             rate = mean(column(gpm))
         if rate is not None:
