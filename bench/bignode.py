@@ -15,11 +15,13 @@ kernel's pseudo-files change: a reader never sees half of an update.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import pathlib
 import shutil
 import signal
+import sys
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -204,7 +206,17 @@ def write_once(root: pathlib.Path, layout: dict, tick: int) -> None:
             _write(pathlib.Path(counters) / name, f"{v}\n")
 
 
-def write_forever(root: pathlib.Path, period: float) -> None:
+def write_forever(root: pathlib.Path, period: float) -> int:
+    # Two writers on one tree count from different ticks: every counter would go back and
+    # forth, and every window statistic take its slow path (a column with a reset is no
+    # longer steady), which is not what a node's counters do.
+    lock = open(root / "writer.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"bignode.py write: another writer is running on {root}; it keeps the counters moving",
+              file=sys.stderr)
+        return 2
     layout = json.loads((root / "layout.json").read_text())
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
@@ -214,6 +226,7 @@ def write_forever(root: pathlib.Path, period: float) -> None:
         tick += 1
         due += period
         time.sleep(max(0.0, due - time.monotonic()))
+    return 0
 
 
 SIZES = {
@@ -238,9 +251,8 @@ def main() -> int:
     if args.command == "build":
         size = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in SIZES[args.size].items()}
         print(json.dumps(build(args.dir, **size)))
-    else:
-        write_forever(args.dir, args.period)
-    return 0
+        return 0
+    return write_forever(args.dir, args.period)
 
 
 if __name__ == "__main__":
