@@ -95,3 +95,48 @@ def test_a_negative_zero_is_written_as_zero_in_every_format():
 ])
 def test_the_formats_written_here(content_type, writer):
     assert encoder_for(content_type) is writer
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(_number, st.floats(min_value=1e5, max_value=1e22), st.floats(min_value=-1e22, max_value=-1e5)))
+def test_numbers_are_written_as_prometheus_client_writes_them(number):
+    from prometheus_client.utils import floatToGoString
+
+    assert encoding.go_float(number) == floatToGoString(number)
+
+
+_media_range = st.builds(
+    lambda kind, params, space: (";" + space).join([kind, *params]),
+    st.sampled_from(["application/openmetrics-text", "text/plain", " text/plain ", "*/*", "application/json",
+                     "text/html", "application/vnd.google.protobuf", "Text/Plain"]),
+    st.lists(st.sampled_from(["version=1.0.0", "version=0.0.4", "version=0.0.1", "version=1.0.1", "version=2.0.0",
+                              "version=1", "version=1.0", "version=", "version=10.0.0", "version = 1.0.0",
+                              "escaping=allow-utf-8", "escaping=underscores", "escaping=dots", "escaping=values",
+                              "escaping=bogus", "q=0.5", "q=0.1", "charset=utf-8", "proto=io.prometheus.client.MetricFamily",
+                              "encoding=delimited"]), max_size=4),
+    st.sampled_from(["", " "]))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.one_of(st.none(), st.just(""), st.lists(_media_range, min_size=1, max_size=4).map(",".join)))
+def test_the_format_is_negotiated_as_prometheus_client_negotiates_it(accept):
+    assert encoding.negotiate(accept) == choose_encoder(accept)[1]
+
+
+@pytest.mark.parametrize("accept", ["text/plain; version=1.0.0-rc.1", "application/openmetrics-text; version=a.b"])
+def test_a_version_that_does_not_compare_skips_its_range_instead_of_failing(accept):
+    with pytest.raises(TypeError):
+        choose_encoder(accept)  # the library's own negotiation fails the request
+    assert encoding.negotiate(accept) == encoding.TEXT_0_0_4
+    assert encoding.negotiate(accept + ",application/openmetrics-text") == encoding.OPENMETRICS_1_0_0
+
+
+@pytest.mark.parametrize("accept", [None, "application/openmetrics-text; version=1.0.0; escaping=dots",
+                                    "application/openmetrics-text; version=2.0.0", "text/plain; version=1.0.0; escaping=values"])
+def test_a_format_left_to_prometheus_client_is_written_by_it(accept, simulated_blocks):
+    family = simulated_blocks[0][:3]
+    encoder, content_type = choose_encoder(accept)
+    assert encoding.negotiate(accept) == content_type
+    fallback = encoding.fallback_encoder(accept)
+    eof = b"# EOF\n" if content_type.startswith("application/openmetrics-text") else b""
+    assert _encode(fallback, family, eof, content_type) == _encode(encoder, family, eof)

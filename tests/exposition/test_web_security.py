@@ -701,6 +701,20 @@ def test_a_request_line_without_a_proper_version_gets_400_with_a_status_line(lin
         assert exp.get("/metrics")[0] == 200
 
 
+@pytest.mark.parametrize("head, status", [
+    (b"GET /metrics HTTP/2.0\r\n\r\n", 505),
+    (b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 501),
+    (b"GET /metrics HTTP/1.1\r\nHost : x\r\n\r\n", 400),
+    (b"GET /metrics HTTP/1.1\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(101)) + b"\r\n", 431),
+])
+def test_a_request_the_server_does_not_answer_as_asked_gets_its_status_and_no_metrics(head, status):
+    with SecureExporter([]) as exp:
+        reply = raw_exchange(exp.port, head)
+        assert reply.startswith(b"HTTP/1.0 %d " % status), reply[:200]
+        assert b"# HELP" not in reply and b"\r\nServer: gpuwait/" in reply
+        assert exp.get("/metrics")[0] == 200
+
+
 def test_a_request_head_beyond_the_bound_gets_431_and_one_within_it_is_served():
     with SecureExporter([]) as exp:
         big = b"GET /metrics HTTP/1.0\r\nHost: x\r\n" + b"".join(b"X-Padding-%d: %s\r\n" % (i, b"a" * 1000) for i in range(40))

@@ -202,3 +202,36 @@ def test_port_in_use_is_one_clear_line():
     assert "in use" in errors[0].lower()
     others = [line for line in result.stderr.splitlines() if line not in errors]
     assert all(line.startswith("ts=") for line in others), result.stderr
+
+
+#: What Prometheus 2 and 3 send (scrape.go's acceptHeader for their default protocols).
+PROMETHEUS_ACCEPTS = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+)
+#: Modules that an exporter without TLS, users or a kubelet has no use for: with OpenSSL and
+#: the standard library's HTTP client and server they are 8 MB or more resident.
+UNUSED_WITHOUT_TLS = ("ssl", "_ssl", "_hashlib", "hmac", "http.client", "http.server", "email.parser",
+                      "urllib.request", "prometheus_client")
+
+
+def test_serving_scrapes_without_tls_imports_neither_openssl_nor_prometheus_client():
+    # -X importtime's lines go to the log, one per module as it is imported, before the
+    # first scrape and during each.
+    with ExporterProcess(host_args(), env={**host_env(), "PYTHONPROFILEIMPORTTIME": "1"}) as exp:
+        exp.wait_for(lambda s: (value(s, "gpuwait_analysis_runs_total") or 0) >= 1)
+        for accept in PROMETHEUS_ACCEPTS:
+            for encoding in ("", "gzip"):
+                status, headers, body = request(exp, "/metrics", Accept=accept, **{"Accept-Encoding": encoding})
+                assert status == 200 and headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+                text = (gzip.decompress(body) if encoding else body).decode()
+                assert text.endswith("# EOF\n") and "gpuwait_build_info" in text
+        for path in ("/", "/-/healthy", "/-/ready", "/nowhere"):
+            assert request(exp, path, method="HEAD")[0] in (200, 404)
+        imported = {line.split("|")[-1].strip() for line in exp.log().splitlines() if line.startswith("import time:")}
+        assert "gpuwait.exposition.server" in imported  # the log is the one importtime wrote
+        assert not imported & set(UNUSED_WITHOUT_TLS), sorted(imported & set(UNUSED_WITHOUT_TLS))
+        maps = open(f"/proc/{exp.proc.pid}/maps").read()
+        assert "libssl" not in maps and "libcrypto" not in maps

@@ -11,11 +11,13 @@ prometheus-client).
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from typing import TYPE_CHECKING
 
 from gpuwait.catalog import CATALOG
 from gpuwait.core.plugin import Sample
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 
 class UnknownMetric(KeyError):
@@ -45,7 +47,10 @@ class Family:
         return self.name + "_total" if self.type == "counter" else self.name
 
     def metric(self) -> Metric:
-        """The same series as a prometheus-client family."""
+        """The same series as a prometheus-client family (the library is imported here, by
+        the readers that need one: see ``encoding``)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         cls = CounterMetricFamily if self.type == "counter" else GaugeMetricFamily
         family = cls(self.name, self.documentation, labels=self.labels)
         for values, number in self.rows:

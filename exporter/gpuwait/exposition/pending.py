@@ -18,7 +18,6 @@ import logging
 import re
 import selectors
 import socket
-import ssl
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -33,6 +32,19 @@ log = logging.getLogger("gpuwait.server")
 MAX_REQUEST_HEAD_BYTES = 32 * 1024
 _END_OF_HEAD = re.compile(rb"\r?\n\r?\n")
 _TLS_HANDSHAKE_RECORD = 0x16
+
+
+def _tls_waits() -> tuple[tuple[type[OSError], ...], type[OSError]]:
+    """What a non-blocking TLS socket raises for "wait until readable" and "until writable".
+    ``ssl`` is imported here, on a TLS connection, and never on a server without TLS: with
+    OpenSSL it is 5 MB resident (see request.py)."""
+    import ssl
+
+    return (BlockingIOError, ssl.SSLWantReadError), ssl.SSLWantWriteError
+
+
+#: A plain socket's: it never asks to wait for writing while reading.
+_PLAIN_WAITS: tuple[tuple[type[OSError], ...], tuple[()]] = ((BlockingIOError,), ())
 
 
 class PendingConnection:
@@ -172,11 +184,12 @@ class PendingConnections:
             p.sock = p.conn.tls = p.config.ssl_context.wrap_socket(p.raw, server_side=True, do_handshake_on_connect=False)
             p.step = "handshake"
         if p.step == "handshake":
+            want_read, want_write = _tls_waits()
             try:
                 p.sock.do_handshake()
-            except ssl.SSLWantReadError:
+            except want_read:
                 return self._want(p, selectors.EVENT_READ)
-            except ssl.SSLWantWriteError:
+            except want_write:
                 return self._want(p, selectors.EVENT_WRITE)
             allowed = p.config.client_allowed_sans
             if allowed is not None and not (peer_sans(p.sock.getpeercert()) & allowed):
@@ -187,12 +200,13 @@ class PendingConnections:
         return self._read_head(p)
 
     def _read_head(self, p: PendingConnection) -> str:
+        want_read, want_write = _PLAIN_WAITS if p.conn.tls is None else _tls_waits()
         while True:
             try:
                 chunk = p.sock.recv(16384)
-            except (BlockingIOError, ssl.SSLWantReadError):
+            except want_read:
                 return self._want(p, selectors.EVENT_READ)
-            except ssl.SSLWantWriteError:
+            except want_write:
                 return self._want(p, selectors.EVENT_WRITE)
             if not chunk:
                 return "drop"

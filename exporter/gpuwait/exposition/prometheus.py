@@ -22,9 +22,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING
 
 from gpuwait import __version__
 from gpuwait.catalog import CATALOG
@@ -32,6 +30,10 @@ from gpuwait.core.plugin import CollectorSpec, Sample, Snapshot
 from gpuwait.core.sampler import Sampler
 from gpuwait.exposition.encoding import encoder_for
 from gpuwait.exposition.family import Family, FamilyBuilder
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+    from prometheus_client.registry import Collector
 
 log = logging.getLogger("gpuwait.exposition")
 
@@ -141,7 +143,11 @@ class Rendering:
             return got
 
 
-class GpuwaitCollector(Collector):
+class GpuwaitCollector:
+    """The exporter's series: served pre-rendered (``serve``), and, for prometheus-client's
+    registries and encoders, a collector of theirs by shape (``collect``), without importing
+    the library (see ``encoding``)."""
+
     def __init__(self, sampler: Sampler, collectors: list[CollectorSpec]) -> None:
         self.sampler = sampler
         self.collectors = collectors
@@ -153,7 +159,8 @@ class GpuwaitCollector(Collector):
 
     # -- a scrape ----------------------------------------------------------------------------
     def serve(self, encoder: Callable[[Collector], bytes], content_type: str, gzipped: bool) -> tuple[bytes, dict[str, str]]:
-        """One scrape in the format ``choose_encoder`` picked (its encoder and content type):
+        """One scrape in the format ``encoding.negotiate`` picked (its content type, and the
+        encoder of prometheus-client's that writes it where ``encoding`` does not):
         (body, extra headers), the body made from the current rendering."""
         rendering = self.current()
         encoded = rendering.encoded(encoder, content_type)

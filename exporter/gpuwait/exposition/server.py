@@ -10,31 +10,34 @@ once, and past that a new one is answered 503; at most ``--web.max-requests`` of
 metrics requests, beyond which they get 503 too, as with node_exporter. The accept loop
 never waits (see ConnectionGuard). TLS and basic authentication come from ``--web.config.file``
 (see webconfig.py); the web.* options are declared with the exporter's own, in
-gpuwait.core.config.
+gpuwait.core.config. The server is a socketserver.TCPServer answering from request.py, not an
+http.server, and ``ssl`` is imported only where TLS is configured: see request.py for why.
 """
 
 from __future__ import annotations
 
 import gzip
 import html
-import io
 import logging
 import socket
-import ssl
+import socketserver
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
-
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING, Protocol
 
 from gpuwait import __version__
 from gpuwait.core.errors import ConfigError
+from gpuwait.exposition.encoding import fallback_encoder, negotiate
 from gpuwait.exposition.pending import PendingConnection, PendingConnections
+from gpuwait.exposition.request import BadRequest, RequestHead, parse_head, response_head
 from gpuwait.exposition.turns import TurnsFull
 from gpuwait.exposition.webconfig import WebConfig, WebConfigSource
+
+if TYPE_CHECKING:
+    import ssl
+
+    from prometheus_client.registry import Collector
 
 log = logging.getLogger("gpuwait.server")
 
@@ -224,12 +227,11 @@ class ConnectionGuard:
                 self._cond.wait(0.25)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(socketserver.TCPServer):
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], handler, family: int, web: WebConfigSource, max_connections: int,
-                 max_requests: int) -> None:
+    def __init__(self, address: tuple[str, int], endpoint: _Endpoint, family: int, web: WebConfigSource,
+                 max_connections: int, max_requests: int) -> None:
         self.address_family = family
         self.guard = ConnectionGuard(max_connections, _pending_within_descriptors(max_connections))
         # A burst of connections (a hundred clients, or many Prometheus replicas at once)
@@ -240,7 +242,9 @@ class _Server(ThreadingHTTPServer):
         self._in_flight = 0
         self._in_flight_lock = threading.Lock()
         self.pending = PendingConnections(self.guard, self._dispatch, self._let_go)
-        super().__init__(address, handler)
+        self.endpoint = endpoint
+        # Requests are answered by _answer on threads of their own, never by a handler class.
+        super().__init__(address, None)
 
     def start_request(self) -> bool:
         """Take one of the --web.max-requests places; False: all are taken, answer 503."""
@@ -276,7 +280,8 @@ class _Server(ThreadingHTTPServer):
 
     def _answer(self, pending: PendingConnection) -> None:
         try:
-            self.RequestHandlerClass(pending.sock, pending.address, self, pending.conn)
+            pending.sock.settimeout(REQUEST_TIMEOUT_SECONDS)
+            self.endpoint.answer(_Reply(pending), self)
         except Exception as e:  # a client hanging up must not spam the log
             log.debug("connection from %s ended: %s", pending.address[0], e)
         finally:
@@ -345,12 +350,13 @@ def _refuse_plain_http(raw: socket.socket) -> None:
         pass
 
 
-Encoder = Callable[[Collector], bytes]
+Encoder = Callable[["Collector"], bytes]
 
 
 class Exposition(Protocol):
     def serve(self, encoder: Encoder, content_type: str, gzipped: bool) -> tuple[bytes, dict[str, str]]:
-        """One scrape in the format choose_encoder picked: (body, extra headers)."""
+        """One scrape in the format ``encoding.negotiate`` picked (``encoder``: prometheus-client's
+        for it, where ``encoding`` does not write it): (body, extra headers)."""
 
 
 class RenderEachScrape:
@@ -366,6 +372,122 @@ class RenderEachScrape:
         return body, {}
 
 
+class _Reply:
+    """The answer to one connection's request, head and body in one sendall: written apart,
+    the body's last partial segment could wait on the client's delayed ACK of the head
+    (Nagle's algorithm), up to 40 ms on Linux."""
+
+    __slots__ = ("sock", "conn", "peer", "head_only", "requestline")
+
+    def __init__(self, pending: PendingConnection) -> None:
+        self.sock = pending.sock
+        self.conn: _Connection = pending.conn
+        self.peer = pending.address[0]
+        #: A HEAD request: the headers of the GET answer, without its body.
+        self.head_only = False
+        self.requestline = ""
+
+    def send(self, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None) -> None:
+        fields = [("Content-Type", content_type), ("Content-Length", str(len(body))), ("Connection", "close")]
+        fields += (headers or {}).items()
+        fields += self.conn.config.headers
+        head = response_head(status, SERVER_VERSION, fields)
+        self.sock.sendall(head if self.head_only else head + body)
+        log.debug('%s "%s" %d %d', self.peer, self.requestline, status, len(body))
+
+    def text(self, status: int, message: str | bytes, headers: dict[str, str] | None = None) -> None:
+        body = message if isinstance(message, bytes) else message.encode()
+        self.send(status, "text/plain; charset=utf-8", body, headers)
+
+
+#: The Server header: no Python version for a scanner to match on.
+SERVER_VERSION = f"gpuwait/{__version__}"
+
+
+class _Endpoint:
+    """What each path answers, behind the server's admission and the web config's checks."""
+
+    def __init__(self, telemetry_path: str, exposition: Exposition, healthy: Callable[[], bool],
+                 ready: Callable[[], list[str]], web: WebConfigSource) -> None:
+        self.telemetry_path = telemetry_path
+        self.exposition = exposition
+        self.healthy = healthy
+        self.ready = ready
+        self.web = web
+        self.landing = _landing_page(telemetry_path).encode()
+
+    def answer(self, reply: _Reply, server: _Server) -> None:
+        guard, conn = server.guard, reply.conn
+        reply.requestline = " ".join(conn.head.split(b"\n", 1)[0].decode("iso-8859-1").split())[:200]
+        try:
+            request = parse_head(conn.head, conn.head_too_large)
+        except BadRequest as refused:
+            guard.refused(conn)
+            reply.text(refused.status, refused.message + "\n")
+            return
+        reply.head_only = request.method == "HEAD"
+        if not guard.serve(conn):
+            guard.refused(conn)
+            reply.text(503, "too many connections, try again later\n", {"Retry-After": "1"})
+            return
+        self._get(reply, request, server)
+
+    def _get(self, reply: _Reply, request: RequestHead, server: _Server) -> None:
+        config, web = reply.conn.config, self.web
+        path = request.path
+        limiter = web.limiter(config)
+        if limiter is not None and not limiter.allow():
+            reply.text(429, "too many requests\n")
+            return
+        if config.users and path not in config.auth_excluded_paths:
+            guard, conn = server.guard, reply.conn
+            try:
+                allowed = web.authenticator.check(config, request.header("Authorization"), reply.peer,
+                                                  queued=lambda: guard.auth_queue(conn),
+                                                  turn=lambda waiting: guard.auth_turn(conn, waiting))
+            except TurnsFull:
+                reply.text(429, "too many authentication attempts waiting\n", {"Retry-After": "1"})
+                return
+            if not allowed:
+                reply.text(401, "Unauthorized\n", {"WWW-Authenticate": 'Basic realm="gpuwait", charset="UTF-8"'})
+                return
+        if path == self.telemetry_path:
+            self._metrics(reply, request, server)
+        elif path == "/":
+            reply.send(200, "text/html; charset=utf-8", self.landing)
+        elif path == "/-/healthy":
+            ok = self.healthy()
+            reply.text(200 if ok else 503, "OK\n" if ok else "sampler stopped\n")
+        elif path == "/-/ready":
+            # Each reason names what is not ready (a source never read, one whose read has
+            # hung), so a failing probe says where to look.
+            reasons = self.ready()
+            reply.text(503 if reasons else 200, "OK\n" if not reasons else "not ready: " + "; ".join(reasons) + "\n")
+        else:
+            reply.text(404, "not found\n")
+
+    def _metrics(self, reply: _Reply, request: RequestHead, server: _Server) -> None:
+        if not server.start_request():
+            reply.text(503, f"limit of concurrent requests reached ({server.max_requests}), try again later\n",
+                       {"Retry-After": "1"})
+            return
+        # The place is held until the body is sent: writing a large exposition to many
+        # clients at once is what costs.
+        try:
+            accept = request.header("Accept")
+            content_type = negotiate(accept)
+            gzipped = "gzip" in (request.header("Accept-Encoding") or "")
+            try:
+                body, headers = self.exposition.serve(fallback_encoder(accept), content_type, gzipped)
+            except Exception:
+                log.exception("rendering metrics failed")
+                reply.text(500, "internal error\n")
+                return
+            reply.send(200, content_type, body, headers)
+        finally:
+            server.end_request()
+
+
 def make_server(
     address: str,
     telemetry_path: str,
@@ -375,144 +497,21 @@ def make_server(
     web_config_file: str = "",
     max_connections: int = 64,
     max_requests: int = 40,
-) -> ThreadingHTTPServer:
+) -> socketserver.TCPServer:
     """``exposition`` serves the scrapes; a plain prometheus-client collector or registry is
     rendered at each one."""
     if not hasattr(exposition, "serve"):
         exposition = RenderEachScrape(exposition)
     host, port = parse_listen_address(address)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    landing = _landing_page(telemetry_path).encode()
     web = WebConfigSource(web_config_file)
     if web_config_file:
         log.info("web config %s: %s", web_config_file, web.current().describe())
-
-    class Handler(BaseHTTPRequestHandler):
-        server_version = f"gpuwait/{__version__}"
-        timeout = REQUEST_TIMEOUT_SECONDS
-        # An error found before the request line's version is read (a garbled line) is
-        # answered with a status line; http.server's default, HTTP/0.9, sends a bare body.
-        default_request_version = "HTTP/1.0"
-
-        def __init__(self, request, client_address, server, conn: _Connection) -> None:
-            self.conn = conn
-            super().__init__(request, client_address, server)
-
-        def setup(self) -> None:
-            super().setup()
-            # The head was read before this thread existed (see PendingConnections); one
-            # request per connection (HTTP/1.0, no bodies served), so it is all there is.
-            self.rfile.close()
-            self.rfile = io.BytesIO(self.conn.head)
-
-        def version_string(self) -> str:  # no Python version for a scanner to match on
-            return self.server_version
-
-        def parse_request(self) -> bool:
-            guard = self.server.guard
-            words = str(self.raw_requestline, "iso-8859-1").split()
-            if len(words) == 2:
-                # HTTP/0.9 has neither status line nor headers: a proxy or scanner would take
-                # the body alone as the reply. Refuse it, in HTTP/1.0.
-                return self._refuse_early(words, 400, "Request line has no HTTP version (HTTP/0.9 is not served)")
-            if self.conn.head_too_large:
-                return self._refuse_early(words, 431, "Request header too large")
-            if not super().parse_request():
-                guard.refused(self.conn)
-                return False
-            if not guard.serve(self.conn):
-                guard.refused(self.conn)
-                self.close_connection = True
-                self._reply(503, "text/plain; charset=utf-8", b"too many connections, try again later\n", {"Retry-After": "1"})
-                return False
-            return True
-
-        def _refuse_early(self, words: list[str], code: int, message: str) -> bool:
-            self.command, self.request_version, self.close_connection = None, "HTTP/1.0", True
-            self.requestline = " ".join(words)
-            self.server.guard.refused(self.conn)
-            self.send_error(code, message)
-            return False
-
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            config = self.conn.config
-            path = self.path.split("?", 1)[0]
-            limiter = web.limiter(config)
-            if limiter is not None and not limiter.allow():
-                self._reply(429, "text/plain; charset=utf-8", b"too many requests\n")
-                return
-            if config.users and path not in config.auth_excluded_paths:
-                guard, conn = self.server.guard, self.conn
-                try:
-                    allowed = web.authenticator.check(config, self.headers.get("Authorization"), self.client_address[0],
-                                                      queued=lambda: guard.auth_queue(conn),
-                                                      turn=lambda waiting: guard.auth_turn(conn, waiting))
-                except TurnsFull:
-                    self._reply(429, "text/plain; charset=utf-8", b"too many authentication attempts waiting\n",
-                                {"Retry-After": "1"})
-                    return
-                if not allowed:
-                    self._reply(401, "text/plain; charset=utf-8", b"Unauthorized\n",
-                                {"WWW-Authenticate": 'Basic realm="gpuwait", charset="UTF-8"'})
-                    return
-            if path == telemetry_path:
-                self._metrics()
-            elif path == "/":
-                self._reply(200, "text/html; charset=utf-8", landing)
-            elif path == "/-/healthy":
-                ok = healthy()
-                self._reply(200 if ok else 503, "text/plain; charset=utf-8", b"OK\n" if ok else b"sampler stopped\n")
-            elif path == "/-/ready":
-                # Each reason names what is not ready (a source never read, one whose read has
-                # hung), so a failing probe says where to look.
-                reasons = ready()
-                body = b"OK\n" if not reasons else ("not ready: " + "; ".join(reasons) + "\n").encode()
-                self._reply(503 if reasons else 200, "text/plain; charset=utf-8", body)
-            else:
-                self._reply(404, "text/plain; charset=utf-8", b"not found\n")
-
-        def _metrics(self) -> None:
-            if not self.server.start_request():
-                self._reply(503, "text/plain; charset=utf-8",
-                            f"limit of concurrent requests reached ({self.server.max_requests}), try again later\n".encode(),
-                            {"Retry-After": "1"})
-                return
-            # The place is held until the body is sent: writing a large exposition to many
-            # clients at once is what costs.
-            try:
-                encoder, content_type = choose_encoder(self.headers.get("Accept"))
-                gzipped = "gzip" in (self.headers.get("Accept-Encoding") or "")
-                try:
-                    body, headers = exposition.serve(encoder, content_type, gzipped)
-                except Exception:
-                    log.exception("rendering metrics failed")
-                    self._reply(500, "text/plain; charset=utf-8", b"internal error\n")
-                    return
-                self._reply(200, content_type, body, headers)
-            finally:
-                self.server.end_request()
-
-        def _reply(self, code: int, content_type: str, body: bytes, headers: dict[str, str] | None = None) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            for key, value in (headers or {}).items():
-                self.send_header(key, value)
-            for key, value in self.conn.config.headers:
-                self.send_header(key, value)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        do_HEAD = do_GET
-
-        def log_message(self, format: str, *args) -> None:  # noqa: A002 (http.server's signature)
-            log.debug("%s %s", self.address_string(), format % args)
-
-    return _Server((host, port), Handler, family, web, max_connections, max_requests)
+    endpoint = _Endpoint(telemetry_path, exposition, healthy, ready, web)
+    return _Server((host, port), endpoint, family, web, max_connections, max_requests)
 
 
-def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
+def serve_in_thread(server: socketserver.TCPServer) -> threading.Thread:
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
     return thread

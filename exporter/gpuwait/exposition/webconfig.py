@@ -18,26 +18,25 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import ipaddress
 import logging
 import os
 import re
-import secrets
-import ssl
 import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from gpuwait.core.config import parse_duration
 from gpuwait.core.errors import ConfigError
 from gpuwait.exposition.turns import FairTurns
+
+if TYPE_CHECKING:
+    import ssl
 
 log = logging.getLogger("gpuwait.webconfig")
 
@@ -50,12 +49,10 @@ _TLS_KEYS = (
 _HTTP_KEYS = ("http2", "headers")
 _RATE_KEYS = ("burst", "interval")
 
-_TLS_VERSIONS = {
-    "TLS10": ssl.TLSVersion.TLSv1,
-    "TLS11": ssl.TLSVersion.TLSv1_1,
-    "TLS12": ssl.TLSVersion.TLSv1_2,
-    "TLS13": ssl.TLSVersion.TLSv1_3,
-}
+#: The web config's TLS versions, as ``ssl.TLSVersion`` names them. ``ssl`` (with OpenSSL, 5
+#: MB resident), like ``hmac`` and ``hashlib``, is imported where TLS or users are configured
+#: and not otherwise: see request.py.
+_TLS_VERSIONS = {"TLS10": "TLSv1", "TLS11": "TLSv1_1", "TLS12": "TLSv1_2", "TLS13": "TLSv1_3"}
 
 #: Go's names of the TLS 1.2 suites that crypto/tls calls secure, to OpenSSL's names.
 _TLS12_CIPHERS = {
@@ -266,7 +263,7 @@ def _decoy_hash(cost: int) -> bytes:
     import bcrypt
 
     # A random password nobody knows, hashed once per loaded configuration.
-    return bcrypt.hashpw(secrets.token_bytes(18), bcrypt.gensalt(cost))
+    return bcrypt.hashpw(os.urandom(18), bcrypt.gensalt(cost))
 
 
 def _headers(value: Any) -> tuple[tuple[str, str], ...]:
@@ -319,6 +316,8 @@ def _tls(tls: dict[str, Any], base: str, watched: list[str]) -> tuple[ssl.SSLCon
     if not key_file and not key_text:
         raise _Problem("tls_server_config.key_file", "missing: TLS needs one of key_file or key")
 
+    import ssl
+
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     versions = {}
     for name, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
@@ -326,11 +325,12 @@ def _tls(tls: dict[str, Any], base: str, watched: list[str]) -> tuple[ssl.SSLCon
         if value not in _TLS_VERSIONS:
             raise _Problem(f"tls_server_config.{name}", f"must be one of {', '.join(_TLS_VERSIONS)}, got {value!r}")
         versions[name] = value
-    if _TLS_VERSIONS[versions["min_version"]] > _TLS_VERSIONS[versions["max_version"]]:
+    lowest, highest = (getattr(ssl.TLSVersion, _TLS_VERSIONS[versions[k]]) for k in ("min_version", "max_version"))
+    if lowest > highest:
         raise _Problem("tls_server_config.min_version", f"{versions['min_version']} is above max_version {versions['max_version']}")
     try:
-        context.minimum_version = _TLS_VERSIONS[versions["min_version"]]
-        context.maximum_version = _TLS_VERSIONS[versions["max_version"]]
+        context.minimum_version = lowest
+        context.maximum_version = highest
     except ValueError as e:
         raise _Problem("tls_server_config.min_version", f"not supported by this OpenSSL: {e}") from None
 
@@ -410,6 +410,8 @@ def _tls(tls: dict[str, Any], base: str, watched: list[str]) -> tuple[ssl.SSLCon
 
 def _load_certificate(context: ssl.SSLContext, cert_file: str | None, key_file: str | None,
                       cert_text: str | None, key_text: str | None) -> None:
+    import ssl
+
     for key, name in (("tls_server_config.cert_file", cert_file), ("tls_server_config.key_file", key_file)):
         if name:
             try:
@@ -489,7 +491,7 @@ class Authenticator:
 
     def __init__(self) -> None:
         # Remembered passwords are kept as keyed digests, never as themselves.
-        self._key = secrets.token_bytes(32)
+        self._key = os.urandom(32)
         #: (user, stored hash) -> (digest of the password, expiry on the monotonic clock)
         self._verified: dict[tuple[str, bytes], tuple[bytes, float]] = {}
         self._lock = threading.Lock()
@@ -511,6 +513,9 @@ class Authenticator:
         stored = _find_user(config.users, user)
         known = stored is not None
         hashed = stored if known else config.decoy_hash
+        import hashlib
+        import hmac
+
         digest = hmac.new(self._key, b"\0".join((user.encode(), hashed, password)), hashlib.sha256).digest()
         now = time.monotonic()
         with self._lock:
@@ -553,6 +558,8 @@ class Authenticator:
 def _find_user(users: Mapping[str, bytes], user: str) -> bytes | None:
     """The user's hash; every name is compared, in constant time, so how long the search
     takes does not tell whether or where the name was found."""
+    import hmac
+
     wanted = user.encode()
     found = None
     for name, hashed in users.items():

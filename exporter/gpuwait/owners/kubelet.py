@@ -33,22 +33,24 @@ that accepts and then never answers holds that one thread for at most the deadli
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import os
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from gpuwait import __version__
 from gpuwait.core.config import MIN_INTERVAL, Option, Settings, parse_bool, parse_duration
 from gpuwait.core.errors import ParseError
+
+if TYPE_CHECKING:
+    import http.client
+    import ssl
 
 log = logging.getLogger("gpuwait.kubelet")
 
@@ -241,6 +243,8 @@ class KubeletClient:
     def _context(self) -> ssl.SSLContext:
         # Built per request: the CA file of a service account volume is replaced when the
         # cluster's CA rotates.
+        import ssl
+
         if self.insecure_skip_verify:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
             context.check_hostname = False
@@ -253,6 +257,11 @@ class KubeletClient:
             raise KubeletError("tls", f"CA file {self.ca_file}: {e}") from None
 
     def fetch(self) -> bytes:
+        # Imported on the first request: with OpenSSL they are 8 MB resident, which an
+        # exporter that never asks a kubelet does without.
+        import http.client
+        import ssl
+
         headers = {"Accept": "application/json", "User-Agent": f"gpuwait/{__version__}"}
         if self.tls and self.token_file:
             headers["Authorization"] = "Bearer " + self._token()

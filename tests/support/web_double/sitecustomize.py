@@ -32,12 +32,13 @@ _delay = float(os.environ.get("GPUWAIT_TEST_RENDER_SECONDS") or 0)
 if _delay:
     import time
 
-    from prometheus_client import exposition
+    # Patched before the server's module imports it by name.
+    from gpuwait.exposition import encoding
 
-    _real_choose_encoder = exposition.choose_encoder
+    _real_negotiate = encoding.negotiate
 
-    def choose_encoder(*args, **kwargs):
+    def negotiate(*args, **kwargs):
         time.sleep(_delay)
-        return _real_choose_encoder(*args, **kwargs)
+        return _real_negotiate(*args, **kwargs)
 
-    exposition.choose_encoder = choose_encoder
+    encoding.negotiate = negotiate
