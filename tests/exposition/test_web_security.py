@@ -715,6 +715,17 @@ def test_a_request_the_server_does_not_answer_as_asked_gets_its_status_and_no_me
         assert exp.get("/metrics")[0] == 200
 
 
+def test_a_head_request_gets_no_body_even_when_refused():
+    with SecureExporter([]) as exp:
+        for head, status in ((b"HEAD /metrics HTTP/2.0\r\n\r\n", 505), (b"HEAD /nowhere HTTP/1.1\r\n\r\n", 404),
+                             (b"HEAD /metrics HTTP/1.1\r\n\r\n", 200)):
+            reply = raw_exchange(exp.port, head)
+            status_line, _, body = reply.partition(b"\r\n\r\n")
+            assert status_line.startswith(b"HTTP/1.0 %d " % status) and body == b"", reply[:300]
+            length = int(status_line.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+            assert length > 0  # the length of the body a GET would get
+
+
 def test_a_request_head_beyond_the_bound_gets_431_and_one_within_it_is_served():
     with SecureExporter([]) as exp:
         big = b"GET /metrics HTTP/1.0\r\nHost: x\r\n" + b"".join(b"X-Padding-%d: %s\r\n" % (i, b"a" * 1000) for i in range(40))

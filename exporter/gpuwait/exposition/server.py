@@ -419,13 +419,14 @@ class _Endpoint:
     def answer(self, reply: _Reply, server: _Server) -> None:
         guard, conn = server.guard, reply.conn
         reply.requestline = " ".join(conn.head.split(b"\n", 1)[0].decode("iso-8859-1").split())[:200]
+        # A HEAD request gets no body, its refusals included (RFC 9110 9.3.2).
+        reply.head_only = reply.requestline.startswith("HEAD ")
         try:
             request = parse_head(conn.head, conn.head_too_large)
         except BadRequest as refused:
             guard.refused(conn)
             reply.text(refused.status, refused.message + "\n")
             return
-        reply.head_only = request.method == "HEAD"
         if not guard.serve(conn):
             guard.refused(conn)
             reply.text(503, "too many connections, try again later\n", {"Retry-After": "1"})
