@@ -40,6 +40,15 @@ def host_args(tree: pathlib.Path = HOST_TREE) -> list[str]:
             f"--collector.workload.spool-dir={workload_spool()}", f"--collector.nccl.dump-dir={nccl_dump_dir()}"]
 
 
+def _remove_at_exit(directory: str) -> None:
+    """Every exporter started on it has stopped by then; a directory per call would otherwise
+    pile up in /tmp, run after run."""
+    import atexit
+    import shutil
+
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+
+
 def workload_spool() -> str:
     """A spool directory holding the record an instrumented loop in the fixture host's GPU
     process (pid 4242) would write; written now, since records older than
@@ -50,6 +59,7 @@ def workload_spool() -> str:
     from gpuwait.client import format_record
 
     spool = tempfile.mkdtemp(prefix="gpuwait-workload-")
+    _remove_at_exit(spool)
     record = format_record({
         "pid": 4242, "starttime": 1234567, "instance": 0, "kind": "training", "rank": 0, "job": "-",
         "at": time.monotonic(), "interval": 1.0, "data_seconds": 12.5, "compute_seconds": 37.5, "comm_seconds": 2.0,
@@ -85,6 +95,7 @@ def nccl_dump_dir() -> str:
     import time
 
     dump = tempfile.mkdtemp(prefix="gpuwait-nccl-")
+    _remove_at_exit(dump)
     now = time.time()
     lines = "".join(inspector_line(seq, now - 2 + seq * 0.01) for seq in range(100, 200))
     pathlib.Path(dump, "hgx-a17-pid4242.log").write_text(lines)

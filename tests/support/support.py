@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import pathlib
 import socket
 import subprocess
 import sys
@@ -64,6 +66,8 @@ class ExporterProcess:
         cmd, env, cwd = self.command()
         self._log = tempfile.NamedTemporaryFile(prefix="gpuwait-exporter-", suffix=".log", delete=False)
         self.log_path = self._log.name
+        # Kept for the whole run, so that a test can read it after the exporter stopped.
+        atexit.register(pathlib.Path(self.log_path).unlink, missing_ok=True)
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
