@@ -21,10 +21,9 @@ bench/import_rss.py), which the exporter otherwise has no use for."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from operator import itemgetter
-
-import math
 
 from gpuwait.exposition.family import Family
 
@@ -58,7 +57,9 @@ def go_float(number: float) -> str:
 
 
 def _parameter(params: list[str], key: str) -> str | None:
-    """The first ``key=value`` of a media range's parameters, the value as written."""
+    """The first ``key=value`` of a media range's parameters, the value as written: how
+    ``choose_encoder`` reads them (``_content_type_params`` reads a content type this module
+    wrote, where every key is once and stripped)."""
     for param in params:
         name, sep, value = param.strip().partition("=")
         if sep and name == key:

@@ -53,12 +53,17 @@ class RequestHead:
         return self.headers.get(name.lower())
 
 
+def request_line(head: bytes) -> str:
+    """The head's first line, its words joined by single spaces: what is parsed, and logged."""
+    return " ".join(head.split(b"\n", 1)[0].decode("iso-8859-1").split())
+
+
 def parse_head(head: bytes, too_large: bool = False) -> RequestHead:
     """The head as read by PendingConnections (``too_large``: cut at its bound). Raises
     BadRequest where it is to be refused."""
+    line = request_line(head)
+    words = line.split()
     lines = head.decode("iso-8859-1").split("\n")
-    words = lines[0].rstrip("\r").split()
-    line = " ".join(words)
     if len(words) == 2:
         raise BadRequest(400, "Request line has no HTTP version (HTTP/0.9 is not served)")
     if too_large:

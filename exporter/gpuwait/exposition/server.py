@@ -30,7 +30,7 @@ from gpuwait import __version__
 from gpuwait.core.errors import ConfigError
 from gpuwait.exposition.encoding import fallback_encoder, negotiate
 from gpuwait.exposition.pending import PendingConnection, PendingConnections
-from gpuwait.exposition.request import BadRequest, RequestHead, parse_head, response_head
+from gpuwait.exposition.request import BadRequest, RequestHead, parse_head, request_line, response_head
 from gpuwait.exposition.turns import TurnsFull
 from gpuwait.exposition.webconfig import WebConfig, WebConfigSource
 
@@ -395,9 +395,8 @@ class _Reply:
         self.sock.sendall(head if self.head_only else head + body)
         log.debug('%s "%s" %d %d', self.peer, self.requestline, status, len(body))
 
-    def text(self, status: int, message: str | bytes, headers: dict[str, str] | None = None) -> None:
-        body = message if isinstance(message, bytes) else message.encode()
-        self.send(status, "text/plain; charset=utf-8", body, headers)
+    def text(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        self.send(status, "text/plain; charset=utf-8", message.encode(), headers)
 
 
 #: The Server header: no Python version for a scanner to match on.
@@ -418,7 +417,7 @@ class _Endpoint:
 
     def answer(self, reply: _Reply, server: _Server) -> None:
         guard, conn = server.guard, reply.conn
-        reply.requestline = " ".join(conn.head.split(b"\n", 1)[0].decode("iso-8859-1").split())[:200]
+        reply.requestline = request_line(conn.head)[:200]
         # A HEAD request gets no body, its refusals included (RFC 9110 9.3.2).
         reply.head_only = reply.requestline.startswith("HEAD ")
         try:
