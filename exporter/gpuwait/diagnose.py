@@ -135,6 +135,7 @@ def _expose_all(sampler) -> Metrics:
     from gpuwait.core.plugin import Snapshot
 
     samples = []
+    sampler.summarize_due()
     for collector in sampler.collectors:
         snapshots = {s.name: sampler.states[s.name].snapshot() for s in collector.sources}
         if collector.analyse is not None:

@@ -17,6 +17,7 @@ from gpuwait.core.reading import Reading
 from gpuwait.core.ring import WindowView
 from gpuwait.core.sampler import Sampler
 from gpuwait.core.source import HostPaths, Source
+from gpuwait.exposition.prometheus import GpuwaitCollector
 from gpuwait.core.series import window_rate
 
 NAN = math.nan
@@ -376,6 +377,7 @@ def test_analysis_computes_window_stats_from_samples():
     for _ in range(21):
         sampler.sample_once(state)
     sampler.analyse_once()
+    sampler.summarize_due()  # a scrape's turn: the summaries no analysis reads
     # 10 per 0.1 s of the source's own clock, whatever the wall time the test took.
     assert state.stats == pytest.approx(100.0)
     assert state.window_samples == 21
@@ -392,6 +394,7 @@ def test_analysis_ignores_samples_older_than_window():
     for _ in range(5):
         sampler.sample_once(state)
     sampler.analyse_once()
+    sampler.summarize_due()
     assert state.window_samples == 3
     assert state.stats == pytest.approx(1.0)
 
@@ -406,9 +409,121 @@ def test_failing_summary_counted_and_stats_cleared(caplog):
     sampler.sample_once(state)
     with caplog.at_level(logging.ERROR, logger="gpuwait.sampler"):
         sampler.analyse_once()
+        sampler.summarize_due()
     assert state.stats is None
     assert state.errors == 1
     assert any("window analysis" in r.getMessage() for r in caplog.records)
+
+
+def _counting_summary(calls: list[int]):
+    def summarize(view, settings):
+        calls.append(len(view))
+        return rate_of_c(view, settings)
+    return summarize
+
+
+def test_a_summary_no_analysis_reads_is_made_once_a_pass_when_a_scrape_asks():
+    made: list[int] = []
+    sampler = sampler_with({"s": CountingSource(step=10.0)}, summarize=_counting_summary(made))
+    state = sampler.states["s"]
+    for _ in range(5):
+        sampler.sample_once(state)
+    sampler.analyse_once()
+    sampler.analyse_once()
+    assert made == [] and state.stats is None
+    exposition = GpuwaitCollector(sampler, sampler.collectors)
+    exposition.current()
+    exposition.render(sampler.generation)  # a second rendering of the same pass
+    assert made == [5]
+    assert state.stats is not None
+    for _ in range(3):
+        sampler.sample_once(state)
+    sampler.analyse_once()
+    sampler.summarize_due(["s"])
+    # The pass's own window: the rows read after it wait for the next pass.
+    sampler.sample_once(state)
+    sampler.summarize_due()
+    assert made == [5, 8]
+
+
+def test_the_summaries_an_analysis_reads_are_made_at_its_pass_and_only_those_handed_to_it():
+    seen: list[dict] = []
+    made: list[int] = []
+    read = SourceSpec("read", lambda s: CountingSource(), keep_counter, _counting_summary(made))
+    shown = SourceSpec("shown", lambda s: CountingSource(), keep_counter, _counting_summary(made))
+    analysing = CollectorSpec("analysing", "Reads one summary.", (read, shown), expose=lambda snapshots, s: iter(()),
+                              analyse=lambda inputs, s: seen.append(dict(inputs.stats)), reads_summaries=("read",))
+    sampler = Sampler([analysing], settings())
+    for state in sampler.states.values():
+        sampler.sample_once(state)
+        sampler.sample_once(state)
+    sampler.analyse_once()
+    assert made == [2]
+    assert list(seen[0]) == ["read"] and seen[0]["read"] == sampler.states["read"].stats
+    sampler.summarize_due()
+    assert made == [2, 2]
+
+
+def test_a_scrape_makes_its_summaries_while_the_verdict_of_a_pass_is_under_way():
+    # The summaries share nothing the verdict uses: a scrape does not wait for its 100 ms.
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_analysis(inputs, s):
+        entered.set()
+        release.wait(10)
+
+    made: list[int] = []
+    spec = SourceSpec("s", lambda s: CountingSource(), keep_counter, _counting_summary(made))
+    sampler = Sampler([CollectorSpec("slow", "Holds the pass.", (spec,), expose=lambda snapshots, s: iter(()),
+                                     analyse=slow_analysis)], settings())
+    state = sampler.states["s"]
+    for _ in range(3):
+        sampler.sample_once(state)
+    passing = threading.Thread(target=sampler.analyse_once)
+    passing.start()
+    try:
+        assert entered.wait(10)
+        sampler.summarize_due()
+        assert made == [3] and passing.is_alive()
+    finally:
+        release.set()
+        passing.join(10)
+
+
+def test_the_summaries_of_two_scrapes_are_made_one_scrape_at_a_time():
+    # A ring's running account of its counters' rates is brought up to one view at a time.
+    entered, release = threading.Event(), threading.Event()
+    made: list[str] = []
+
+    def held(view, s):
+        made.append("held")
+        entered.set()
+        release.wait(10)
+
+    def quick(view, s):
+        made.append("quick")
+
+    sources = (SourceSpec("held", lambda s: CountingSource(), keep_counter, held),
+               SourceSpec("quick", lambda s: CountingSource(), keep_counter, quick))
+    sampler = Sampler([collector_of(*sources)], settings())
+    for state in sampler.states.values():
+        sampler.sample_once(state)
+        sampler.sample_once(state)
+    sampler.analyse_once()
+    first = threading.Thread(target=sampler.summarize_due, args=(["held"],))
+    first.start()
+    second = threading.Thread(target=sampler.summarize_due, args=(["quick"],))
+    try:
+        assert entered.wait(10)
+        second.start()
+        second.join(0.3)
+        assert second.is_alive() and made == ["held"]
+    finally:
+        release.set()
+        first.join(10)
+        if second.is_alive() or second.ident is not None:
+            second.join(10)
+    assert made == ["held", "quick"]
 
 
 def test_rows_append_several_timed_samples_per_reading():

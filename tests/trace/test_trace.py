@@ -67,12 +67,14 @@ def test_replay_gives_the_same_window_stats_as_live(tmp_path):
     for r in readings:
         live.ingest(live.states["cpu"], r)
     live.analyse_once(now=readings[-1].t + 0.5)
+    live.summarize_due()
 
     path = tmp_path / "t.jsonl.gz"
     write_trace(path, readings)
     replayed = Sampler([cpu_exposition.COLLECTOR], cfg, make_source=lambda spec, s: ReplayedSource(spec.name, "fast"))
     replayer = Replayer(replayed, TraceReader(str(path), PAYLOADS), speed=0)
     replayer.run(threading.Event())
+    replayed.summarize_due()
     assert replayer.error is None
     assert replayer.readings == 60
     assert replayed.states["cpu"].stats.busy_ratio == pytest.approx(live.states["cpu"].stats.busy_ratio)
@@ -140,6 +142,7 @@ def test_hand_written_trace_replays(tmp_path, version):
         sampler = Sampler([cpu_exposition.COLLECTOR], settings(), make_source=lambda spec, s: ReplayedSource(spec.name, "fast"))
         replayer = Replayer(sampler, TraceReader(str(p), PAYLOADS), speed=0)
         replayer.run()
+        sampler.summarize_due()
         assert replayer.error is None
         assert sampler.states["cpu"].stats.busy_ratio == {"0": pytest.approx(1.0)}
 

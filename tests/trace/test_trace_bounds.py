@@ -88,6 +88,7 @@ def test_a_gap_keeps_the_passes_that_see_data(tmp_path):
     lines = [HEADER] + [cpu_line(i * 0.1, str(i * 0.1)) for i in range(20)] + [cpu_line(5000, "2.0"), cpu_line(5000.1, "2.1")]
     sampler, replayer = replay(write_lines(tmp_path / "gap.jsonl", lines))
     replayer.run()
+    sampler.summarize_due()
     assert replayer.error is None
     assert sampler.states["cpu"].stats.busy_ratio == {"0": pytest.approx(1.0)}
 

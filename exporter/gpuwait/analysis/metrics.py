@@ -106,6 +106,7 @@ COLLECTOR = CollectorSpec(
     expose=expose,
     analyse=VerdictAnalyser(),
     analyse_every=verdict_module.INTERVAL,
+    reads_summaries=(workload.SOURCE,),
     options=OPTIONS,
     metrics=METRICS,
 )

@@ -67,7 +67,7 @@ METRICS = (
     ),
     MetricSpec(
         "gpuwait_analysis_duration_seconds", "gauge",
-        "Wall time of the last pass of window analysis over all sources.",
+        "Wall time of the last pass of window analysis over all sources (the window summaries only the scrape shows are made by the first scrape after the pass, not counted here).",
         unit="seconds", source=SOURCE,
     ),
     MetricSpec(

@@ -65,6 +65,10 @@ class CollectorSpec:
     #: over a 60 s window changes little in a second; rerunning it less often is the cheapest
     #: way to keep its cost small on a big node.
     analyse_every: Option[float] | None = None
+    #: The sources whose window summaries ``analyse`` reads (``AnalysisInputs.stats``). Those
+    #: are summarised at every analysis pass; every other summary only feeds the exposition,
+    #: and is made when a scrape asks for it, once per pass (see ``Sampler.summarize_due``).
+    reads_summaries: tuple[str, ...] = ()
     #: The options this collector reads, each a flag and a config key of its own.
     options: tuple[Option, ...] = ()
     #: The metrics ``expose`` may yield, each declared once (the catalog assembles them).
@@ -76,6 +80,7 @@ class AnalysisInputs:
     """Everything the sampler holds, as of one analysis pass; absent sources are missing."""
 
     views: Mapping[str, WindowView]
+    #: The window summaries some collector's ``reads_summaries`` names, and only those.
     stats: Mapping[str, Any]
     latest: Mapping[str, Reading]
     #: The time the window ends at (monotonic when live, the trace's clock in a replay).

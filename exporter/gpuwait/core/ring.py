@@ -17,8 +17,8 @@ Rows never change once written, so what an analysis computes from a pair of cons
 stays true while both are held: a view numbers its rows for the ring's life (``first_row``)
 and lends the analyses a memo of per-interval results (``interval_memo``), so that each pass
 computes only the intervals that are new since the last. A steady counter's interval rates and
-their running maximum are kept the same way (``WindowView.rate_shape``): each pass adds the
-new intervals and drops those that left the window.
+their running maximum are kept the same way (``WindowView.rate_shape``): each window summary
+adds the new intervals and drops those that left the window.
 """
 
 from __future__ import annotations
@@ -182,8 +182,8 @@ class WindowView:
     def rate_shape(self, key: Hashable, modulus: float | None = None) -> tuple[float | None, float | None]:
         """(``series.maximum``, ``series.burstiness``) of the column's interval rates. For a
         steady column of a ring's view, from the ring's running account of the intervals
-        (``RateShape``): each pass computes the rates of the intervals new since the last,
-        not the window's."""
+        (``RateShape``): each summary computes the rates of the intervals new since the last
+        it made, not the window's."""
         shape = self._account(key)
         if shape is not None:
             return shape.peak(), shape.burstiness()
@@ -238,7 +238,8 @@ MAX_MEMOS = 16
 class RateShape:
     """The interval rates of one steady counter over the intervals its ring still holds,
     numbered by each interval's first row, with their running maximum and their exact sums
-    (``series.Moments``). Only the analysis thread uses it, through ``WindowView.rate_shape``.
+    (``series.Moments``). Only the window summaries use it, through ``WindowView.rate_shape``,
+    one at a time (they are made under the sampler's summary lock).
 
     A pass computes the rates of the new intervals only and drops those that left; a rate is
     the subtraction and division ``interval_rates`` makes, and the peak and the burstiness are
@@ -502,7 +503,8 @@ class ColumnRing:
                 if not breaks:
                     steady[key] = columns.ends(key)
         for key in self._shapes.keys() - self._index.keys():
-            del self._shapes[key]
+            # A scrape's summary may have dropped it too (``WindowView._account``).
+            self._shapes.pop(key, None)
         return WindowView(times, columns, steady, self._appended - count + start, self._memo, self._shapes)
 
     def _view_buffer(self, size: int) -> array:

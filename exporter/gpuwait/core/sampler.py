@@ -17,7 +17,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -172,6 +172,9 @@ class SourceState:
     ring: ColumnRing | None
     latest: Reading | None = None
     stats: Any = None
+    #: The last pass's view of the window, kept until ``Sampler.summarize_due`` makes the
+    #: summary a scrape asks for (None: ``stats`` is up to date, or there is nothing to make).
+    due_view: WindowView | None = None
     up: bool = False
     #: The source's last read found nothing to report (an absent kernel feature, NoData).
     no_data: bool = False
@@ -255,6 +258,15 @@ class Sampler:
         #: Results of the collectors' cross-source analyses, by collector name, and when each ran.
         self.analyses: dict[str, Any] = {}
         self._analysed_at: dict[str, float] = {}
+        #: Held while the summaries a pass left due are made: a ring's running account of its
+        #: counters' rates, which they bring up to their views, is one scrape's at a time
+        #: (``WindowView.rate_shape``). An analysis pass does not wait for it, nor it for one:
+        #: the verdict reads neither the summaries nor that account.
+        self._summary_lock = threading.Lock()
+        #: The sources whose summaries an analysis reads, made at every pass (the others only
+        #: feed the exposition: made when a scrape asks, ``summarize_due``).
+        self._summaries_read = frozenset(name for collector in collectors if collector.analyse is not None
+                                         for name in collector.reads_summaries)
         #: Called with every Reading taken (e.g. a trace recorder); must be quick.
         self.observers: list[Callable[[Reading], None]] = []
         window = settings.analysis_window
@@ -451,7 +463,7 @@ class Sampler:
             state.up = False
             state.latest = None
             state.taken_at = None
-            state.stats = None
+            state.stats = state.due_view = None
             state.errors += 1
             state.reads += 1
             state.timings.append((now - state.read_deadline, state.read_deadline, lag))
@@ -580,13 +592,47 @@ class Sampler:
             self.analyse_once()
 
     def analyse_once(self, now: float | None = None) -> None:
-        """Summarise every window. ``now`` is the time the window ends at: the monotonic clock
-        when live, the trace's clock during a replay."""
+        """Take every window's view, summarise those an analysis reads, leave the others due
+        (``summarize_due``), and run the analyses. ``now`` is the time the window ends at: the
+        monotonic clock when live, the trace's clock during a replay."""
+        self._analyse(now)
+        self.changed()
+
+    def summarize_due(self, sources: Iterable[str] | None = None) -> None:
+        """Make the summaries of ``sources`` (default: all) that the last pass left due, from
+        that pass's views: what a scrape serves is the pass's window either way. A scrape every
+        15 s reads one pass's summaries in fifteen, so the others are never made."""
+        due = [state for state in (self.states.values() if sources is None else map(self.states.get, sources))
+               if state is not None and state.due_view is not None]
+        if not due:
+            return
+        with self._summary_lock:
+            for state in due:
+                # Taken under the lock: a scrape that came first has made it, or a pass since
+                # has left a newer view.
+                view, state.due_view = state.due_view, None
+                if view is not None:
+                    self._summarize(state, view)
+
+    def _summarize(self, state: SourceState, view: WindowView) -> None:
+        try:
+            state.stats = state.spec.summarize(view, self.settings)
+        except Exception:
+            log.error("window analysis of %s failed", state.spec.name, exc_info=True)
+            state.stats = None
+            with state.lock:
+                state.errors += 1
+
+    def _analyse(self, now: float | None) -> None:
         started = time.monotonic()
         end = started if now is None else now
         horizon = end - self.settings.analysis_window
         views: dict[str, WindowView] = {}
+        stats: dict[str, Any] = {}
         for state in self.states.values():
+            # The view left due by the last pass goes before the ring is viewed again, so that
+            # the ring copies into the buffer that view held (``ColumnRing.view``).
+            state.due_view = None
             with state.lock:
                 timed_out = state.timed_out
                 view = state.ring.view(since=horizon) if state.ring is not None and not timed_out else None
@@ -603,16 +649,15 @@ class Sampler:
             if timed_out:
                 state.stats = None
             elif view is not None and state.spec.summarize is not None:
-                try:
-                    state.stats = state.spec.summarize(view, self.settings)
-                except Exception:
-                    log.error("window analysis of %s failed", state.spec.name, exc_info=True)
-                    state.stats = None
-                    with state.lock:
-                        state.errors += 1
+                if state.spec.name in self._summaries_read:
+                    self._summarize(state, view)
+                    if state.stats is not None:
+                        stats[state.spec.name] = state.stats
+                else:
+                    state.stats, state.due_view = None, view
         inputs = AnalysisInputs(
             views=views,
-            stats={name: state.stats for name, state in self.states.items() if state.stats is not None},
+            stats=stats,
             latest={name: state.latest for name, state in self.states.items() if state.latest is not None},
             end=end,
         )
@@ -631,4 +676,3 @@ class Sampler:
                 self.analyses.pop(collector.name, None)
         self.analysis_seconds = time.monotonic() - started
         self.analysis_runs += 1
-        self.changed()

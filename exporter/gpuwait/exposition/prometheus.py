@@ -215,6 +215,7 @@ class GpuwaitCollector:
     # -- a rendering -------------------------------------------------------------------------
     def render(self, generation: int) -> Rendering:
         """Build every family from what the sampler holds now."""
+        self.sampler.summarize_due(spec.name for collector in self.collectors for spec in collector.sources)
         snapshots: dict[str, Snapshot] = {}
         taken_at: list[tuple[str, float]] = []
         for name, state in self.sampler.states.items():

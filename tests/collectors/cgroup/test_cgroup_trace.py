@@ -52,6 +52,7 @@ def test_recorded_readings_replay_to_the_live_statistics(tmp_path):
         time.sleep(0.02)
     writer.close()
     live.analyse_once()
+    live.summarize_due()
     stats = live.states["owner_cgroup"].stats
     assert stats.owners[POD].throttled_ratio == pytest.approx(0.6)
     assert set(stats.owners) == {POD, JOB}
@@ -65,6 +66,7 @@ def test_recorded_readings_replay_to_the_live_statistics(tmp_path):
     replayer.run()
     assert replayer.error is None and replayer.readings == 6
     replayed.analyse_once(now=back[-1].t + 0.01)
+    replayed.summarize_due()
     again = replayed.states["owner_cgroup"].stats
     assert again.owners.keys() == stats.owners.keys()
     for owner, window in stats.owners.items():

@@ -43,6 +43,7 @@ def test_recorded_readings_replay_to_the_live_statistics(tmp_path):
         time.sleep(0.05)
     writer.close()
     live.analyse_once()
+    live.summarize_due()
     ((key, stat),) = live.states["nccl"].stats.ranks.items()
     assert stat.operations == sum(range(11, 16))
     # the file's own ranks in the payload survive the trace format field by field
@@ -56,6 +57,7 @@ def test_recorded_readings_replay_to_the_live_statistics(tmp_path):
     replayer.run()
     assert replayer.error is None and replayer.readings == 6
     replayed.analyse_once(now=back[-1].t + 0.01)
+    replayed.summarize_due()
     again = replayed.states["nccl"].stats.ranks[key]
     assert again.operations == stat.operations
     assert again.exec_seconds == pytest.approx(stat.exec_seconds)
@@ -81,6 +83,7 @@ def test_a_version_1_trace_replays_with_every_collector(tmp_path):
     assert reader.header.version == 1
     replayer = Replayer(sampler, reader, speed=0)
     replayer.run()
+    sampler.summarize_due()
     assert replayer.error is None and replayer.readings == 40
     assert sampler.states["cpu"].stats.busy_ratio == {"0": pytest.approx(0.5)}
     assert sampler.states["nccl"].latest is None  # recorded before the source existed

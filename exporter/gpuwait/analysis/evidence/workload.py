@@ -41,11 +41,15 @@ MIN_REQUEST_RATE = Option("verdict.workload.min-request-rate", _rate, 1.0,
 OPTIONS = (MIN_DATA_WAIT, MIN_REQUEST_RATE)
 
 
+#: The source whose window summary (its owners' loops) the verdict reads.
+SOURCE = "workload"
+
+
 def reported(inputs_stats: Mapping[str, object], owner: str) -> OwnerWorkload | None:
     """The owner's OwnerWorkload, or None when no loop of that owner reports."""
     if not owner:
         return None
-    stats = inputs_stats.get("workload")
+    stats = inputs_stats.get(SOURCE)
     return getattr(stats, "owners", {}).get(owner) if stats is not None else None
 
 
