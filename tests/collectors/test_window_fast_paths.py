@@ -144,6 +144,10 @@ def test_the_running_account_follows_the_window_pass_after_pass(data):
                 value += rnd.uniform(0, 1e-3) if kind < 0.5 else rnd.uniform(0, 1e9)
             ring.append(t, {key: value})
         view = ring.view(since=t - rnd.choice([1e9, 1e9, 1.0, 0.3]))
+        if rnd.random() < 0.5:
+            view.keep_accounts()  # as a pass does for a summary a scrape makes later
+        if rnd.random() < 0.3:
+            continue  # a pass no scrape followed
         peak, bursts = view.rate_shape(key)
         rates = view.interval_rates(key)
         assert repr((peak, bursts)) == repr((series.maximum(rates), series.burstiness(rates)))
@@ -172,6 +176,26 @@ def test_a_steady_counters_account_is_kept_and_not_recomputed():
     # the next pass kept the account and its buffer, and took in the ten new intervals
     assert ring._shapes[key] is shape and shape._rates is kept and len(kept) == 600 and shape._next == shape._start + 600
     assert (peak, bursts) == (series.maximum(view.interval_rates(key)), series.burstiness(view.interval_rates(key)))
+
+
+def test_a_pass_brings_the_accounts_up_to_its_view_and_drops_those_of_columns_no_longer_steady():
+    ring = ColumnRing(601)
+    steady_key, broken_key = ("receive", "eth0"), ("receive", "eth1")
+    for i in range(700):
+        ring.append(0.1 * i, {steady_key: 1000.0 * i, broken_key: 1000.0 * i})
+    ring.view().rate_shape(steady_key)
+    ring.view().rate_shape(broken_key)
+    shape = ring._shapes[steady_key]
+    for i in range(700, 850):
+        ring.append(0.1 * i, {steady_key: 1000.0 * i, broken_key: 0.0 if i == 800 else 1000.0 * i})
+    view = ring.view()
+    view.keep_accounts()
+    assert shape._next == view.first_row + len(view) - 1  # every interval of the view taken in
+    assert broken_key not in ring._shapes
+    steps = shape._next
+    assert view.rate_shape(steady_key) == (series.maximum(view.interval_rates(steady_key)),
+                                           series.burstiness(view.interval_rates(steady_key)))
+    assert shape._next == steps
 
 
 def test_an_infinite_rate_leaves_the_account_to_the_float_formula():

@@ -446,6 +446,22 @@ def test_a_summary_no_analysis_reads_is_made_once_a_pass_when_a_scrape_asks():
     assert made == [5, 8]
 
 
+def test_a_pass_brings_the_rate_accounts_of_a_summary_left_due_up_to_its_view():
+    # Their steps are taken a pass at a time, not a scrape interval's at once inside a scrape.
+    sampler = sampler_with({"s": CountingSource()}, summarize=lambda view, s: view.rate_shape("c"))
+    state = sampler.states["s"]
+    for _ in range(5):
+        sampler.sample_once(state)
+    sampler.analyse_once()
+    sampler.summarize_due()
+    account = state.ring._shapes["c"]
+    for _ in range(7):
+        sampler.sample_once(state)
+    sampler.analyse_once()
+    assert account._next == 11  # the 11 intervals of the 12 rows, before any scrape
+    assert state.due_view is not None
+
+
 def test_the_summaries_an_analysis_reads_are_made_at_its_pass_and_only_those_handed_to_it():
     seen: list[dict] = []
     made: list[int] = []

@@ -190,6 +190,16 @@ class WindowView:
         rates = self.interval_rates(key, modulus)
         return maximum(rates), burstiness(rates)
 
+    def keep_accounts(self) -> None:
+        """Bring every running account of the ring (``rate_shape``) up to this view. The
+        account costs a step per new interval whenever it is brought up; a view's summary
+        made seconds later, by a scrape, then finds it done instead of doing a scrape
+        interval's steps inside that scrape."""
+        shapes = self._shapes
+        if shapes:
+            for key in list(shapes):
+                self._account(key)
+
     def _account(self, key: Hashable) -> RateShape | None:
         """The ring's account of a steady column's rates, brought up to this view; None for a
         column that is not steady (its account starts again once it is) or a view of lists."""

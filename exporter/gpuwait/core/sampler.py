@@ -258,10 +258,10 @@ class Sampler:
         #: Results of the collectors' cross-source analyses, by collector name, and when each ran.
         self.analyses: dict[str, Any] = {}
         self._analysed_at: dict[str, float] = {}
-        #: Held while the summaries a pass left due are made: a ring's running account of its
-        #: counters' rates, which they bring up to their views, is one scrape's at a time
-        #: (``WindowView.rate_shape``). An analysis pass does not wait for it, nor it for one:
-        #: the verdict reads neither the summaries nor that account.
+        #: Held while the summaries a pass left due are made, and while the pass brings the
+        #: rings' running accounts of their counters' rates up to its views: one thread at a
+        #: time may (``WindowView.rate_shape``). A scrape never waits for the verdict, which
+        #: reads neither the summaries nor those accounts.
         self._summary_lock = threading.Lock()
         #: The sources whose summaries an analysis reads, made at every pass (the others only
         #: feed the exposition: made when a scrape asks, ``summarize_due``).
@@ -629,6 +629,7 @@ class Sampler:
         horizon = end - self.settings.analysis_window
         views: dict[str, WindowView] = {}
         stats: dict[str, Any] = {}
+        due: list[WindowView] = []
         for state in self.states.values():
             # The view left due by the last pass goes before the ring is viewed again, so that
             # the ring copies into the buffer that view held (``ColumnRing.view``).
@@ -655,6 +656,11 @@ class Sampler:
                         stats[state.spec.name] = state.stats
                 else:
                     state.stats, state.due_view = None, view
+                    due.append(view)
+        if due:
+            with self._summary_lock:
+                for view in due:
+                    view.keep_accounts()
         inputs = AnalysisInputs(
             views=views,
             stats=stats,
