@@ -79,7 +79,7 @@ def main() -> None:
         exposition.render(next(generation))
         spent.append(time.thread_time() - start)
     after_pass = 1000 * statistics.median(spent)
-    print(f"families built: {build:.2f} ms; by the first scrape after a pass, summaries included: {after_pass:.2f} ms")
+    print(f"families built: {build:.2f} ms; by a scrape that finds a pass's summaries due, and makes them: {after_pass:.2f} ms")
     for accept in (None, "application/openmetrics-text; version=1.0.0"):
         encoder, content_type = choose_encoder(accept)
         eof = b"# EOF\n" if content_type.startswith("application/openmetrics-text") else b""

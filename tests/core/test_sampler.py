@@ -422,10 +422,23 @@ def _counting_summary(calls: list[int]):
     return summarize
 
 
+def _scraped_every_15_s(sampler: Sampler, clock: list[float]) -> None:
+    """Two scrapes 15 s apart on the sampler's clock, the last at ``clock[0]``."""
+    sampler._clock = lambda: clock[0]
+    now = clock[0]
+    clock[0] = now - 15.0
+    sampler.summarize_due()
+    clock[0] = now
+    sampler.summarize_due()
+
+
 def test_a_summary_no_analysis_reads_is_made_once_a_pass_when_a_scrape_asks():
     made: list[int] = []
     sampler = sampler_with({"s": CountingSource(step=10.0)}, summarize=_counting_summary(made))
     state = sampler.states["s"]
+    clock = [1000.0]
+    _scraped_every_15_s(sampler, clock)
+    clock[0] += 2.5  # the next scrape is 12.5 s away
     for _ in range(5):
         sampler.sample_once(state)
     sampler.analyse_once()
@@ -450,6 +463,9 @@ def test_a_pass_brings_the_rate_accounts_of_a_summary_left_due_up_to_its_view():
     # Their steps are taken a pass at a time, not a scrape interval's at once inside a scrape.
     sampler = sampler_with({"s": CountingSource()}, summarize=lambda view, s: view.rate_shape("c"))
     state = sampler.states["s"]
+    clock = [1000.0]
+    _scraped_every_15_s(sampler, clock)
+    clock[0] += 2.5
     for _ in range(5):
         sampler.sample_once(state)
     sampler.analyse_once()
@@ -462,6 +478,52 @@ def test_a_pass_brings_the_rate_accounts_of_a_summary_left_due_up_to_its_view():
     assert state.due_view is not None
 
 
+def test_the_pass_before_an_expected_scrape_makes_the_summaries_and_no_other_pass_does():
+    made: list[int] = []
+    sampler = sampler_with({"s": CountingSource()}, summarize=_counting_summary(made))
+    state = sampler.states["s"]
+    sampler.sample_once(state)
+    sampler.sample_once(state)
+    clock = [0.0]
+    sampler._clock = lambda: clock[0]
+    made_by_passes, found_due = [], []
+    for second in range(75):
+        clock[0] = second + 0.5  # a pass every second, half a second off the scrapes
+        before = len(made)
+        sampler.analyse_once()
+        made_by_passes.append(len(made) - before)
+        if second % 15 == 14:
+            clock[0] = second + 1.0  # Prometheus, every 15 s
+            found_due.append(state.due_view is not None)
+            sampler.summarize_due()
+    # Without two scrapes to go by, every pass made them; then only the pass before each scrape.
+    assert made_by_passes[:15] == [1] * 15
+    assert made_by_passes[30:] == ([0] * 14 + [1]) * 3
+    assert found_due == [False] * 5
+
+
+def test_without_scrapes_for_two_of_their_intervals_the_passes_stop_making_summaries():
+    made: list[int] = []
+    sampler = sampler_with({"s": CountingSource()}, summarize=_counting_summary(made))
+    state = sampler.states["s"]
+    sampler.sample_once(state)
+    sampler.sample_once(state)
+    clock = [100.0]
+    _scraped_every_15_s(sampler, clock)
+    made_at = []
+    for second in range(1, 50):
+        clock[0] = 100.0 + second - 0.5
+        before = len(made)
+        sampler.analyse_once()
+        if len(made) > before:
+            made_at.append(second)
+    # Expected at 115, overdue until 145: the pass before it and those overdue made them.
+    assert made_at == list(range(15, 46))
+    clock[0] = 150.0
+    sampler.summarize_due()  # the scrapers are back: this scrape makes them itself
+    assert made[-1] == 2 and len(made) == 32
+
+
 def test_the_summaries_an_analysis_reads_are_made_at_its_pass_and_only_those_handed_to_it():
     seen: list[dict] = []
     made: list[int] = []
@@ -470,6 +532,9 @@ def test_the_summaries_an_analysis_reads_are_made_at_its_pass_and_only_those_han
     analysing = CollectorSpec("analysing", "Reads one summary.", (read, shown), expose=lambda snapshots, s: iter(()),
                               analyse=lambda inputs, s: seen.append(dict(inputs.stats)), reads_summaries=("read",))
     sampler = Sampler([analysing], settings())
+    clock = [1000.0]
+    _scraped_every_15_s(sampler, clock)
+    clock[0] += 2.5  # no scrape expected before the next pass
     for state in sampler.states.values():
         sampler.sample_once(state)
         sampler.sample_once(state)
@@ -493,6 +558,9 @@ def test_a_scrape_makes_its_summaries_while_the_verdict_of_a_pass_is_under_way()
     sampler = Sampler([CollectorSpec("slow", "Holds the pass.", (spec,), expose=lambda snapshots, s: iter(()),
                                      analyse=slow_analysis)], settings())
     state = sampler.states["s"]
+    clock = [1000.0]
+    _scraped_every_15_s(sampler, clock)
+    clock[0] += 2.5
     for _ in range(3):
         sampler.sample_once(state)
     passing = threading.Thread(target=sampler.analyse_once)
@@ -522,6 +590,9 @@ def test_the_summaries_of_two_scrapes_are_made_one_scrape_at_a_time():
     sources = (SourceSpec("held", lambda s: CountingSource(), keep_counter, held),
                SourceSpec("quick", lambda s: CountingSource(), keep_counter, quick))
     sampler = Sampler([collector_of(*sources)], settings())
+    clock = [1000.0]
+    _scraped_every_15_s(sampler, clock)
+    clock[0] += 2.5
     for state in sampler.states.values():
         sampler.sample_once(state)
         sampler.sample_once(state)

@@ -19,7 +19,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from operator import itemgetter
+from itertools import islice
+from operator import itemgetter, sub
 from typing import Any
 
 from gpuwait.core.config import ANALYSIS_INTERVAL, CONFIG_FILE, Settings, format_duration
@@ -158,6 +159,9 @@ class _Tier:
 #: large host; the defaults (60 s at 100 ms) use well under 1% of it.
 MAX_RING_SAMPLES = 1_000_000
 
+#: Scrapes whose times tell when the next is expected: a few scrapers' worth.
+SCRAPES_REMEMBERED = 6
+
 #: A timing's read duration and its lag behind the schedule.
 _DURATION, _LAG = itemgetter(1), itemgetter(2)
 
@@ -263,6 +267,9 @@ class Sampler:
         #: time may (``WindowView.rate_shape``). A scrape never waits for the verdict, which
         #: reads neither the summaries nor those accounts.
         self._summary_lock = threading.Lock()
+        #: When the last scrapes asked for the summaries (``_clock``, the monotonic clock).
+        self._scraped_at: deque[float] = deque(maxlen=SCRAPES_REMEMBERED)
+        self._clock = time.monotonic
         #: The sources whose summaries an analysis reads, made at every pass (the others only
         #: feed the exposition: made when a scrape asks, ``summarize_due``).
         self._summaries_read = frozenset(name for collector in collectors if collector.analyse is not None
@@ -601,9 +608,30 @@ class Sampler:
     def summarize_due(self, sources: Iterable[str] | None = None) -> None:
         """Make the summaries of ``sources`` (default: all) that the last pass left due, from
         that pass's views: what a scrape serves is the pass's window either way. A scrape every
-        15 s reads one pass's summaries in fifteen, so the others are never made."""
-        due = [state for state in (self.states.values() if sources is None else map(self.states.get, sources))
-               if state is not None and state.due_view is not None]
+        15 s reads one pass's summaries in fifteen, so the others are never made. The scrapes'
+        times tell the passes when the next is expected (``_scrape_expected``)."""
+        self._scraped_at.append(self._clock())
+        self._make_due(self.states.values() if sources is None else map(self.states.get, sources))
+
+    def _scrape_expected(self, now: float) -> bool:
+        """Whether a scrape is likely before the next pass, so that this pass makes the
+        summaries and the scrape finds them done, at no cost to its latency. Prometheus scrapes
+        a target at a fixed interval; a scraper's next scrape is expected its shortest recent
+        gap after the last (with two scrapers, the shorter of their offsets: some passes make
+        summaries no scrape reads, as every pass did). Without two scrapes to go by, every pass
+        makes them; a scrape that came early, or after a pause of the scrapers, makes them
+        itself; scrapes less than a pass apart count as one."""
+        times, interval = self._scraped_at, self.settings[ANALYSIS_INTERVAL]
+        # Scrapes within one pass read one rendering: theirs is no scraper's interval.
+        gaps = [gap for gap in map(sub, islice(times, 1, None), times) if gap >= interval]
+        if not gaps:
+            return True
+        gap = min(gaps)
+        until = times[-1] + gap - now
+        return -2 * gap <= until <= interval
+
+    def _make_due(self, states: Iterable[SourceState | None]) -> None:
+        due = [state for state in states if state is not None and state.due_view is not None]
         if not due:
             return
         with self._summary_lock:
@@ -657,7 +685,9 @@ class Sampler:
                 else:
                     state.stats, state.due_view = None, view
                     due.append(view)
-        if due:
+        if due and now is None and self._scrape_expected(self._clock()):
+            self._make_due(self.states.values())
+        elif due:
             with self._summary_lock:
                 for view in due:
                     view.keep_accounts()
