@@ -67,7 +67,8 @@ class CollectorSpec:
     analyse_every: Option[float] | None = None
     #: The sources whose window summaries ``analyse`` reads (``AnalysisInputs.stats``). Those
     #: are summarised at every analysis pass; every other summary only feeds the exposition,
-    #: and is made when a scrape asks for it, once per pass (see ``Sampler.summarize_due``).
+    #: and is made for the scrapes alone: at the pass before the one expected, or by one that
+    #: comes unexpected (``Sampler.summarize_due``).
     reads_summaries: tuple[str, ...] = ()
     #: The options this collector reads, each a flag and a config key of its own.
     options: tuple[Option, ...] = ()
