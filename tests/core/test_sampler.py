@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import threading
 import time
 
@@ -500,6 +501,30 @@ def test_the_pass_before_an_expected_scrape_makes_the_summaries_and_no_other_pas
     assert made_by_passes[:15] == [1] * 15
     assert made_by_passes[30:] == ([0] * 14 + [1]) * 3
     assert found_due == [False] * 5
+
+
+def test_a_scrape_that_comes_while_a_pass_works_out_the_next_one_costs_the_pass_nothing():
+    # The scrapes' times are appended by the scraping thread while a pass reads them.
+    sampler = sampler_with({"s": CountingSource()})
+    stop = threading.Event()
+
+    def scraping():
+        t = 0.0
+        while not stop.is_set():
+            t += 2.0
+            sampler._scraped_at.append(t)
+
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # a thread switch inside the pass's reading, as often as can be
+    scraper = threading.Thread(target=scraping)
+    scraper.start()
+    try:
+        for i in range(30_000):
+            sampler._scrape_expected(float(i))
+    finally:
+        stop.set()
+        scraper.join()
+        sys.setswitchinterval(switching)
 
 
 def test_without_scrapes_for_two_of_their_intervals_the_passes_stop_making_summaries():

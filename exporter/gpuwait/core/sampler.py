@@ -621,7 +621,8 @@ class Sampler:
         summaries no scrape reads, as every pass did). Without two scrapes to go by, every pass
         makes them; a scrape that came early, or after a pause of the scrapers, makes them
         itself; scrapes less than a pass apart count as one."""
-        times, interval = self._scraped_at, self.settings[ANALYSIS_INTERVAL]
+        # A copy, made at C speed: a scrape may append while the gaps are worked out.
+        times, interval = list(self._scraped_at), self.settings[ANALYSIS_INTERVAL]
         # Scrapes within one pass read one rendering: theirs is no scraper's interval.
         gaps = [gap for gap in map(sub, islice(times, 1, None), times) if gap >= interval]
         if not gaps:
