@@ -599,6 +599,44 @@ def test_a_scrape_makes_its_summaries_while_the_verdict_of_a_pass_is_under_way()
         passing.join(10)
 
 
+def test_a_scrape_while_a_pass_replaces_the_views_left_due_waits_for_the_new_one():
+    # Between the old view's going and the new one's coming, there is neither a view to make
+    # the summary from nor a summary: a scrape then would serve none.
+    made: list[int] = []
+    sampler = sampler_with({"s": CountingSource()}, summarize=_counting_summary(made))
+    state = sampler.states["s"]
+    clock = [1000.0]
+    _scraped_every_15_s(sampler, clock)
+    clock[0] += 2.5
+    for _ in range(2):
+        sampler.sample_once(state)
+    sampler.analyse_once()  # leaves it due, no scrape expected
+    sampler.sample_once(state)
+    entered, release = threading.Event(), threading.Event()
+    ring_view = state.ring.view
+
+    def slow_view(*args, **kwargs):
+        entered.set()
+        release.wait(10)
+        return ring_view(*args, **kwargs)
+
+    state.ring.view = slow_view
+    passing = threading.Thread(target=sampler.analyse_once)
+    passing.start()
+    scrape = threading.Thread(target=sampler.summarize_due)
+    try:
+        assert entered.wait(10)
+        scrape.start()
+        scrape.join(0.3)
+        assert scrape.is_alive() and made == []
+    finally:
+        release.set()
+        passing.join(10)
+        if scrape.ident is not None:
+            scrape.join(10)
+    assert made == [3] and state.stats is not None
+
+
 def test_the_summaries_of_two_scrapes_are_made_one_scrape_at_a_time():
     # A ring's running account of its counters' rates is brought up to one view at a time.
     entered, release = threading.Event(), threading.Event()

@@ -262,10 +262,10 @@ class Sampler:
         #: Results of the collectors' cross-source analyses, by collector name, and when each ran.
         self.analyses: dict[str, Any] = {}
         self._analysed_at: dict[str, float] = {}
-        #: Held while the summaries a pass left due are made, and while the pass brings the
-        #: rings' running accounts of their counters' rates up to its views: one thread at a
-        #: time may (``WindowView.rate_shape``). A scrape never waits for the verdict, which
-        #: reads neither the summaries nor those accounts.
+        #: Held while the summaries a pass left due are made, while a pass replaces the due
+        #: views by its own, and while it brings the rings' running accounts of their counters'
+        #: rates up to them: one thread at a time may use those (``WindowView.rate_shape``). A
+        #: scrape never waits for the verdict, which reads neither the summaries nor the accounts.
         self._summary_lock = threading.Lock()
         #: When the last scrapes asked for the summaries (``_clock``, the monotonic clock).
         self._scraped_at: deque[float] = deque(maxlen=SCRAPES_REMEMBERED)
@@ -632,13 +632,12 @@ class Sampler:
         return -2 * gap <= until <= interval
 
     def _make_due(self, states: Iterable[SourceState | None]) -> None:
-        due = [state for state in states if state is not None and state.due_view is not None]
-        if not due:
-            return
+        # Under the lock, which a pass holds while it replaces a due view by its own: a scrape
+        # in between would find neither a view nor the summary.
         with self._summary_lock:
-            for state in due:
-                # Taken under the lock: a scrape that came first has made it, or a pass since
-                # has left a newer view.
+            for state in states:
+                if state is None:
+                    continue
                 view, state.due_view = state.due_view, None
                 if view is not None:
                     self._summarize(state, view)
@@ -659,33 +658,8 @@ class Sampler:
         views: dict[str, WindowView] = {}
         stats: dict[str, Any] = {}
         due: list[WindowView] = []
-        for state in self.states.values():
-            # The view left due by the last pass goes before the ring is viewed again, so that
-            # the ring copies into the buffer that view held (``ColumnRing.view``).
-            state.due_view = None
-            with state.lock:
-                timed_out = state.timed_out
-                view = state.ring.view(since=horizon) if state.ring is not None and not timed_out else None
-                held = state.timings
-                while held and held[0][0] < horizon:
-                    held.popleft()
-                timings = list(held)
-            if timings:
-                state.mean_read_seconds = math.fsum(map(_DURATION, timings)) / len(timings)
-                state.max_lag_seconds = max(map(_LAG, timings))
-            state.window_samples = len(view) if view is not None else len(timings)
-            if view is not None:
-                views[state.spec.name] = view
-            if timed_out:
-                state.stats = None
-            elif view is not None and state.spec.summarize is not None:
-                if state.spec.name in self._summaries_read:
-                    self._summarize(state, view)
-                    if state.stats is not None:
-                        stats[state.spec.name] = state.stats
-                else:
-                    state.stats, state.due_view = None, view
-                    due.append(view)
+        with self._summary_lock:
+            self._take_views(horizon, views, stats, due)
         if due and now is None and self._scrape_expected(self._clock()):
             self._make_due(self.states.values())
         elif due:
@@ -713,3 +687,35 @@ class Sampler:
                 self.analyses.pop(collector.name, None)
         self.analysis_seconds = time.monotonic() - started
         self.analysis_runs += 1
+
+    def _take_views(self, horizon: float, views: dict[str, WindowView], stats: dict[str, Any],
+                    due: list[WindowView]) -> None:
+        """Each window's view from ``horizon`` on, into ``views``; the summaries an analysis
+        reads made, into ``stats``; the others' views left due, and listed in ``due``."""
+        for state in self.states.values():
+            # The view left due by the last pass goes before the ring is viewed again, so that
+            # the ring copies into the buffer that view held (``ColumnRing.view``).
+            state.due_view = None
+            with state.lock:
+                timed_out = state.timed_out
+                view = state.ring.view(since=horizon) if state.ring is not None and not timed_out else None
+                held = state.timings
+                while held and held[0][0] < horizon:
+                    held.popleft()
+                timings = list(held)
+            if timings:
+                state.mean_read_seconds = math.fsum(map(_DURATION, timings)) / len(timings)
+                state.max_lag_seconds = max(map(_LAG, timings))
+            state.window_samples = len(view) if view is not None else len(timings)
+            if view is not None:
+                views[state.spec.name] = view
+            if timed_out:
+                state.stats = None
+            elif view is not None and state.spec.summarize is not None:
+                if state.spec.name in self._summaries_read:
+                    self._summarize(state, view)
+                    if state.stats is not None:
+                        stats[state.spec.name] = state.stats
+                else:
+                    state.stats, state.due_view = None, view
+                    due.append(view)
