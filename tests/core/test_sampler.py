@@ -16,7 +16,7 @@ from gpuwait.core.registry import resolve
 from gpuwait.core.errors import NoData, SourceError
 from gpuwait.core.reading import Reading
 from gpuwait.core.ring import WindowView
-from gpuwait.core.sampler import Sampler
+from gpuwait.core.sampler import Sampler, SourceState
 from gpuwait.core.source import HostPaths, Source
 from gpuwait.exposition.prometheus import GpuwaitCollector
 from gpuwait.core.series import window_rate
@@ -433,15 +433,27 @@ def _scraped_every_15_s(sampler: Sampler, clock: list[float]) -> None:
     sampler.summarize_due()
 
 
-def test_a_summary_no_analysis_reads_is_made_once_a_pass_when_a_scrape_asks():
-    made: list[int] = []
-    sampler = sampler_with({"s": CountingSource(step=10.0)}, summarize=_counting_summary(made))
-    state = sampler.states["s"]
+def _no_scrape_expected(sampler: Sampler) -> None:
+    """The sampler's clock 2.5 s after the second of two scrapes 15 s apart: no scrape is
+    expected before its next pass, which leaves the summaries due."""
     clock = [1000.0]
     _scraped_every_15_s(sampler, clock)
-    clock[0] += 2.5  # the next scrape is 12.5 s away
-    for _ in range(5):
+    clock[0] += 2.5
+
+
+def _counted(rows: int) -> tuple[Sampler, SourceState, list[int]]:
+    """A sampler of one source, read ``rows`` times, whose summary lists the rows it saw."""
+    made: list[int] = []
+    sampler = sampler_with({"s": CountingSource()}, summarize=_counting_summary(made))
+    state = sampler.states["s"]
+    for _ in range(rows):
         sampler.sample_once(state)
+    return sampler, state, made
+
+
+def test_a_summary_no_analysis_reads_is_made_once_a_pass_when_a_scrape_asks():
+    sampler, state, made = _counted(5)
+    _no_scrape_expected(sampler)
     sampler.analyse_once()
     sampler.analyse_once()
     assert made == [] and state.stats is None
@@ -464,9 +476,7 @@ def test_a_pass_brings_the_rate_accounts_of_a_summary_left_due_up_to_its_view():
     # Their steps are taken a pass at a time, not a scrape interval's at once inside a scrape.
     sampler = sampler_with({"s": CountingSource()}, summarize=lambda view, s: view.rate_shape("c"))
     state = sampler.states["s"]
-    clock = [1000.0]
-    _scraped_every_15_s(sampler, clock)
-    clock[0] += 2.5
+    _no_scrape_expected(sampler)
     for _ in range(5):
         sampler.sample_once(state)
     sampler.analyse_once()
@@ -480,11 +490,7 @@ def test_a_pass_brings_the_rate_accounts_of_a_summary_left_due_up_to_its_view():
 
 
 def test_the_pass_before_an_expected_scrape_makes_the_summaries_and_no_other_pass_does():
-    made: list[int] = []
-    sampler = sampler_with({"s": CountingSource()}, summarize=_counting_summary(made))
-    state = sampler.states["s"]
-    sampler.sample_once(state)
-    sampler.sample_once(state)
+    sampler, state, made = _counted(2)
     clock = [0.0]
     sampler._clock = lambda: clock[0]
     made_by_passes, found_due = [], []
@@ -528,11 +534,7 @@ def test_a_scrape_that_comes_while_a_pass_works_out_the_next_one_costs_the_pass_
 
 
 def test_without_scrapes_for_two_of_their_intervals_the_passes_stop_making_summaries():
-    made: list[int] = []
-    sampler = sampler_with({"s": CountingSource()}, summarize=_counting_summary(made))
-    state = sampler.states["s"]
-    sampler.sample_once(state)
-    sampler.sample_once(state)
+    sampler, state, made = _counted(2)
     clock = [100.0]
     _scraped_every_15_s(sampler, clock)
     made_at = []
@@ -557,9 +559,7 @@ def test_the_summaries_an_analysis_reads_are_made_at_its_pass_and_only_those_han
     analysing = CollectorSpec("analysing", "Reads one summary.", (read, shown), expose=lambda snapshots, s: iter(()),
                               analyse=lambda inputs, s: seen.append(dict(inputs.stats)), reads_summaries=("read",))
     sampler = Sampler([analysing], settings())
-    clock = [1000.0]
-    _scraped_every_15_s(sampler, clock)
-    clock[0] += 2.5  # no scrape expected before the next pass
+    _no_scrape_expected(sampler)
     for state in sampler.states.values():
         sampler.sample_once(state)
         sampler.sample_once(state)
@@ -583,9 +583,7 @@ def test_a_scrape_makes_its_summaries_while_the_verdict_of_a_pass_is_under_way()
     sampler = Sampler([CollectorSpec("slow", "Holds the pass.", (spec,), expose=lambda snapshots, s: iter(()),
                                      analyse=slow_analysis)], settings())
     state = sampler.states["s"]
-    clock = [1000.0]
-    _scraped_every_15_s(sampler, clock)
-    clock[0] += 2.5
+    _no_scrape_expected(sampler)
     for _ in range(3):
         sampler.sample_once(state)
     passing = threading.Thread(target=sampler.analyse_once)
@@ -602,14 +600,8 @@ def test_a_scrape_makes_its_summaries_while_the_verdict_of_a_pass_is_under_way()
 def test_a_scrape_while_a_pass_replaces_the_views_left_due_waits_for_the_new_one():
     # Between the old view's going and the new one's coming, there is neither a view to make
     # the summary from nor a summary: a scrape then would serve none.
-    made: list[int] = []
-    sampler = sampler_with({"s": CountingSource()}, summarize=_counting_summary(made))
-    state = sampler.states["s"]
-    clock = [1000.0]
-    _scraped_every_15_s(sampler, clock)
-    clock[0] += 2.5
-    for _ in range(2):
-        sampler.sample_once(state)
+    sampler, state, made = _counted(2)
+    _no_scrape_expected(sampler)
     sampler.analyse_once()  # leaves it due, no scrape expected
     sampler.sample_once(state)
     entered, release = threading.Event(), threading.Event()
@@ -653,9 +645,7 @@ def test_the_summaries_of_two_scrapes_are_made_one_scrape_at_a_time():
     sources = (SourceSpec("held", lambda s: CountingSource(), keep_counter, held),
                SourceSpec("quick", lambda s: CountingSource(), keep_counter, quick))
     sampler = Sampler([collector_of(*sources)], settings())
-    clock = [1000.0]
-    _scraped_every_15_s(sampler, clock)
-    clock[0] += 2.5
+    _no_scrape_expected(sampler)
     for state in sampler.states.values():
         sampler.sample_once(state)
         sampler.sample_once(state)
