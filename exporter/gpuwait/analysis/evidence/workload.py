@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gpuwait.analysis.attribution import DIRECT
+from gpuwait.collectors.workload.source import WorkloadSource
 from gpuwait.collectors.workload.window import OwnerWorkload
 from gpuwait.core.config import Option, Settings, parse_fraction
 
@@ -42,7 +43,7 @@ OPTIONS = (MIN_DATA_WAIT, MIN_REQUEST_RATE)
 
 
 #: The source whose window summary (its owners' loops) the verdict reads.
-SOURCE = "workload"
+SOURCE = WorkloadSource.name
 
 
 def reported(inputs_stats: Mapping[str, object], owner: str) -> OwnerWorkload | None:

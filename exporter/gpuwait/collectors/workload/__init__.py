@@ -18,7 +18,7 @@ def _source(settings: Settings) -> WorkloadSource:
 COLLECTOR = CollectorSpec(
     name="workload",
     help="Data wait, compute and communication time, step time and throughput reported by instrumented loops (A8, A13).",
-    sources=(SourceSpec("workload", _source, window.columns, window.summarize, tier="slow", payload=WorkloadData),),
+    sources=(SourceSpec(WorkloadSource.name, _source, window.columns, window.summarize, tier="slow", payload=WorkloadData),),
     expose=metrics.expose,
     metrics=metrics.METRICS,
     options=OPTIONS,
