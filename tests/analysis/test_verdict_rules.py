@@ -508,10 +508,11 @@ def test_an_owner_that_reads_nothing_from_disk_is_not_delayed_by_another_tenants
     assert _Owned.of(_owner_scope(settings, [0.0] * 11 + [3.0], None), "pod:a").scoped(host) == [DIRECT] * 12
 
 
-def _demand_of(settings, cores, util, processes, gpus=1, narrow=False):
+def _demand_of(settings, cores, util, processes, gpus=1, narrow=False, known_every=1):
     """One owner of ``gpus`` GPUs at utilization ``util``, ``processes`` distinct pids on them,
     using ``cores`` over the latest slow interval; ``narrow``: its kernels keep too few SMs
-    busy to count as computing (idle throughout, resident for ``util``)."""
+    busy to count as computing (idle throughout, resident for ``util``); ``known_every``: only
+    every so many instants has a sample (NaN between)."""
     from gpuwait.analysis.verdict import _demand
     from gpuwait.collectors.gpu.payload import GpuDevice
     from gpuwait.collectors.gpu.window import OwnerActivity
@@ -520,6 +521,7 @@ def _demand_of(settings, cores, util, processes, gpus=1, narrow=False):
     times = [i * 0.1 for i in range(100)]
     members = [(str(i), f"GPU-{i}") for i in range(gpus)]
     idle, resident = ([1.0] * 100, [util] * 100) if narrow else ([1.0 - util] * 100, [0.0] * 100)
+    idle = [x if i % known_every == 0 else math.nan for i, x in enumerate(idle)]
     activity = {g: GpuActivity("utilization", [util] * 100, idle, [0.0] * 100, None, resident) for g in members}
     device = {g[1]: GpuDevice(index=int(g[0]), uuid=g[1], up=True,
                               processes=(GpuProcess(1000 + int(g[0]) % processes, None),)) for g in members}
@@ -554,6 +556,19 @@ def test_an_owner_that_does_not_spin_keeps_the_plain_rule(settings):
     assert _demand_of(settings, cores=0.8, util=0.23, processes=8, gpus=8) is None
     # DDP ranks spinning through their kernels with busy loaders beside them.
     assert _demand_of(settings, cores=14.0, util=0.6, processes=8, gpus=8) is True
+
+
+def test_instants_without_a_sample_are_neither_busy_nor_idle(settings):
+    # On a loaded host the GPU's samples come late and the grid's instants between them are
+    # unknown: the owner is judged on the instants that are known, as with every sample.
+    # A server asleep between requests, its thread spinning through its kernels.
+    assert _demand_of(settings, cores=0.62, util=0.55, processes=1, known_every=2) is False
+    # Eight DDP ranks blocked in their collectives (1.5 cores for 8 GPUs that are never
+    # without a kernel) do not spin through them: the plain rule decides, as with every sample.
+    assert _demand_of(settings, cores=1.5, util=1.0, processes=8, gpus=8) is None
+    assert _demand_of(settings, cores=1.5, util=1.0, processes=8, gpus=8, known_every=5) is None
+    # A launch loop busy through every gap.
+    assert _demand_of(settings, cores=1.0, util=0.4, processes=1, known_every=5) is True
 
 
 def _footprint_gpu(pcie_rate):

@@ -354,17 +354,23 @@ def _demand(owners: dict[str, gpu_window.OwnerActivity], owner_of: dict[tuple[st
         if use is None:
             continue
         busy = idle = 0.0
-        for i in recent:
-            for g in members:
+        for g in members:
+            # Each GPU's mean over the instants it is known at: an instant without a sample
+            # (the window's last, one the driver skipped) is neither busy nor idle.
+            known = gpu_busy = gpu_idle = 0.0
+            for i in recent:
                 x = activity[g].idle[i]
                 if x == x:
                     # A host thread spins through a kernel however few SMs it occupies: the
                     # part of an idle instant a kernel was resident for is spun through too.
                     r = activity[g].resident[i]
                     r = r if r == r else 0.0
-                    busy += 1.0 - x + r
-                    idle += x - r
-        busy, idle = busy / len(recent), idle / len(recent)
+                    known += 1.0
+                    gpu_busy += 1.0 - x + r
+                    gpu_idle += x - r
+            if known:
+                busy += gpu_busy / known
+                idle += gpu_idle / known
         spin = min(float(len(pids)), busy)
         if use.cores < SPIN_COVERAGE * spin:
             # Less CPU than its kernels ran: its threads do not spin through them all (they
