@@ -263,8 +263,7 @@ class SimulatedNode:
         c = self.counters
         layer = self.scenario.topology.rdma_link_layer
         return RdmaTrafficData(tuple(
-            PortTraffic(name, 1, layer, int(c[("rdma", name, "tx_bytes")]), int(c[("rdma", name, "rx_bytes")]),
-                        int(c[("rdma", name, "tx_packets")]), int(c[("rdma", name, "rx_packets")]))
+            PortTraffic(name, 1, layer, int(c[("rdma", name, "tx_bytes")]), int(c[("rdma", name, "rx_bytes")]))
             for name in s.rdma
         ))
 
@@ -278,6 +277,8 @@ class SimulatedNode:
             counters = {
                 "symbol_error": 0, "link_downed": 0, "link_error_recovery": 0, "port_rcv_errors": 0,
                 "port_xmit_discards": 0, "port_xmit_wait": int(c[("rdma", name, "xmit_wait")]),
+                "port_xmit_packets": int(c[("rdma", name, "tx_packets")]),
+                "port_rcv_packets": int(c[("rdma", name, "rx_packets")]),
             }
             hw = {}
             if roce:

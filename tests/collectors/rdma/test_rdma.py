@@ -313,8 +313,9 @@ def test_traffic_source_reads_the_fixture_host():
     reading = RdmaTrafficSource(paths_of(HOST_TREE)).read()
     assert reading.errors == ()
     ports = traffic(reading)
-    assert ports[IB] == PortTraffic("mlx5_0", 1, "InfiniBand", 4 * 1379815342720, 4 * 1402853175312, 2937481820, 2985122213)
-    assert ports[ROCE] == PortTraffic("mlx5_1", 1, "Ethernet", 4 * 58213764019, 4 * 61092847733, 190276544, 201553917)
+    # The packet counters are the slow tier's: two firmware queries a port per sample, not four.
+    assert ports[IB] == PortTraffic("mlx5_0", 1, "InfiniBand", 4 * 1379815342720, 4 * 1402853175312)
+    assert ports[ROCE] == PortTraffic("mlx5_1", 1, "Ethernet", 4 * 58213764019, 4 * 61092847733)
 
 
 def test_detail_source_reads_the_fixture_host():
@@ -329,11 +330,13 @@ def test_detail_source_reads_the_fixture_host():
     assert (port.rate_bytes_per_second, port.link_width, port.link_speed) == (50e9, "4X", "NDR")
     assert port.counters["port_xmit_wait"] == 48211975 and port.counters["link_downed"] == 1
     assert "port_xmit_data" not in port.counters  # the fast tier reads it
+    assert (port.counters["port_xmit_packets"], port.counters["port_rcv_packets"]) == (2937481820, 2985122213)
     assert "lifespan" not in port.hw_counters
     assert "np_cnp_sent" not in port.hw_counters  # congestion counters are RoCE's
     (rport,) = roce.ports
     assert (roce.pci_address, roce.numa_node, rport.link_layer, rport.netdev) == ("0000:a8:00.0", 1, "Ethernet", "ens1f0np0")
     assert rport.rate_bytes_per_second == 12.5e9
+    assert (rport.counters["port_xmit_packets"], rport.counters["port_rcv_packets"]) == (190276544, 201553917)
     assert rport.hw_counters["np_cnp_sent"] == 16671 and rport.hw_counters["rp_cnp_handled"] == 15320
 
 
@@ -352,7 +355,7 @@ def test_no_pma_and_no_hw_counters(tree):
     shutil.rmtree(tree / "sys" / IB_PORT / "hw_counters")
     fast, slow = RdmaTrafficSource(paths_of(tree)), RdmaSource(paths_of(tree))
     first = fast.read()
-    assert traffic(first)[IB] == PortTraffic("mlx5_0", 1, "InfiniBand", None, None, None, None)
+    assert traffic(first)[IB] == PortTraffic("mlx5_0", 1, "InfiniBand", None, None)
     assert traffic(first)[ROCE].transmit_bytes == 4 * 58213764019
     assert first.errors == (f"unavailable:{tree / 'sys/class/infiniband/mlx5_0/ports/1/counters'}",)
     assert fast.read().errors == ()
@@ -468,9 +471,10 @@ def test_legacy_counters_and_netdev_without_gid(tree):
     (counters / "port_rcv_packets").write_text(f"{LEGACY_COUNTER_MAX}\n")
     shutil.rmtree(tree / "sys" / ROCE_PORT / "gid_attrs")
     port = traffic(RdmaTrafficSource(paths_of(tree)).read())[ROCE]
-    assert port.transmit_bytes == 4 * LEGACY_COUNTER_MAX and port.receive_packets == LEGACY_COUNTER_MAX
+    assert port.transmit_bytes == 4 * LEGACY_COUNTER_MAX
     (detail,) = devices(RdmaSource(paths_of(tree)).read())["mlx5_1"].ports
     assert "unicast_xmit_packets" not in detail.counters
+    assert detail.counters["port_rcv_packets"] == LEGACY_COUNTER_MAX
     assert detail.netdev == "ens1f0np0"
 
 
@@ -503,6 +507,45 @@ def test_expose_maps_state_saturation_gauges_and_vanished_ports():
     assert not [key for key in got if "window" in key[0]]
 
 
+def test_expose_takes_the_packets_from_the_slow_tier_unless_the_traffic_reading_has_them():
+    """Live, the fast tier reads the data counters and the slow tier the packet counters, whose
+    window gives the packet means; a trace recorded when the fast tier read all four carries
+    them in its traffic readings, which then win."""
+    stuck = LEGACY_COUNTER_MAX
+    port = dict(netdev="", state=4, state_name="ACTIVE", physical_state=5, physical_state_name="LinkUp",
+                rate_bytes_per_second=None, link_width="", link_speed="", hw_counters={})
+    slow = RdmaData((RdmaDeviceData("mlx5_0", "", 0, "", "", "", "", (
+        RdmaPortData(1, "InfiniBand", counters={"port_xmit_packets": 700, "port_rcv_packets": stuck}, **port),)),))
+    bytes_window = rdma_stats.summarize(view_of([0.0, 0.1], tx=[0, 400], rx=[0, 800]), None)
+    later = RdmaData((RdmaDeviceData("mlx5_0", "", 0, "", "", "", "", (
+        RdmaPortData(1, "InfiniBand", counters={"port_xmit_packets": 1700, "port_rcv_packets": stuck}, **port),)),))
+    rows = [rdma_stats.packet_columns(slow), rdma_stats.packet_columns(later)]
+    packet_window = rdma_stats.summarize(WindowView([0.0, 5.0], {key: [row[key] for row in rows] for key in rows[0]}), None)
+
+    def exposed(fast: RdmaTrafficData) -> dict:
+        samples = list(expose({
+            "rdma_traffic": Snapshot(Reading("rdma_traffic", 1.0, fast), bytes_window),
+            "rdma": Snapshot(Reading("rdma", 1.0, slow), packet_window),
+        }, None))
+        FamilyBuilder().extend(samples)  # every sample fits the catalog, none twice
+        return {(s.name, s.labels[:3]): s.value for s in samples if s.value is not None}
+
+    live = exposed(RdmaTrafficData((PortTraffic(*IB, 4 * 100, 4 * 200),)))
+    labels = (IB[0], str(IB[1]), IB[2])
+    assert live[("gpuwait_rdma_port_transmit_packets_total", labels)] == 700
+    assert live[("gpuwait_rdma_port_receive_packets_total", labels)] == stuck
+    assert live[("gpuwait_rdma_port_traffic_counters_saturated", labels)] == 1
+    assert live[("gpuwait_rdma_port_window_transmit_mean_bytes_per_second", labels)] == pytest.approx(4000)
+    assert live[("gpuwait_rdma_port_window_transmit_mean_packets_per_second", labels)] == pytest.approx(200)
+    # A counter stuck at the 32-bit maximum has no rate, from either tier.
+    assert ("gpuwait_rdma_port_window_receive_mean_packets_per_second", labels) not in live
+
+    recorded = exposed(RdmaTrafficData((PortTraffic(*IB, 4 * 100, 4 * 200, 5, 6),)))
+    assert recorded[("gpuwait_rdma_port_transmit_packets_total", labels)] == 5
+    assert recorded[("gpuwait_rdma_port_receive_packets_total", labels)] == 6
+    assert recorded[("gpuwait_rdma_port_traffic_counters_saturated", labels)] == 0
+
+
 # -- the exporter process -------------------------------------------------------------------
 
 def rdma_series(samples) -> list[tuple[str, dict]]:
@@ -513,6 +556,7 @@ def rdma_series(samples) -> list[tuple[str, dict]]:
 def test_exporter_on_the_fixture_host():
     with ExporterProcess(host_args()) as exp:
         samples = exp.wait_for(lambda s: s if value(s, "gpuwait_rdma_port_window_transmit_mean_bytes_per_second", device="mlx5_0") is not None
+                               and value(s, "gpuwait_rdma_port_window_receive_mean_packets_per_second", device="mlx5_1") is not None
                                and "gpuwait_rdma_device_info" in s else None)
         text = exp.scrape_text()
     ib = dict(device="mlx5_0", port="1", link_layer="InfiniBand")
@@ -520,6 +564,9 @@ def test_exporter_on_the_fixture_host():
     assert value(samples, "gpuwait_rdma_port_transmit_bytes_total", **ib) == 4 * 1379815342720
     assert value(samples, "gpuwait_rdma_port_receive_bytes_total", **roce) == 4 * 61092847733
     assert value(samples, "gpuwait_rdma_port_transmit_packets_total", **ib) == 2937481820
+    assert value(samples, "gpuwait_rdma_port_receive_packets_total", **roce) == 201553917
+    # The fixture's counters stand still: the slow tier's window of packets says so.
+    assert value(samples, "gpuwait_rdma_port_window_receive_mean_packets_per_second", **roce) == 0.0
     assert value(samples, "gpuwait_rdma_port_traffic_counters_saturated", **ib) == 0
     assert value(samples, "gpuwait_rdma_port_rate_bytes_per_second", **ib) == 50e9
     assert value(samples, "gpuwait_rdma_port_rate_bytes_per_second", **roce) == 12.5e9

@@ -10,11 +10,12 @@ OPTIONS = ()
 
 COLLECTOR = CollectorSpec(
     name="rdma",
-    help="InfiniBand and RoCE ports: traffic sampled with the GPUs, state, rate, error, congestion and retransmit counters, PCI function and NUMA node (A9, A10, A11).",
+    help="InfiniBand and RoCE ports: data counters sampled with the GPUs, packets, state, rate, error, congestion and retransmit counters, PCI function and NUMA node (A9, A10, A11).",
     sources=(
         SourceSpec("rdma_traffic", lambda s: RdmaTrafficSource(HostPaths.from_settings(s)),
                    window.columns, window.summarize, tier="fast", payload=RdmaTrafficData),
-        SourceSpec("rdma", lambda s: RdmaSource(HostPaths.from_settings(s)), tier="slow", payload=RdmaData),
+        SourceSpec("rdma", lambda s: RdmaSource(HostPaths.from_settings(s)),
+                   window.packet_columns, window.summarize, tier="slow", payload=RdmaData),
     ),
     expose=metrics.expose,
     metrics=metrics.METRICS,

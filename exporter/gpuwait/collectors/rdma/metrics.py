@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 
 from gpuwait.collectors.rdma.parse import DATA_WORD_BYTES, is_active
 from gpuwait.collectors.rdma.payload import RdmaData, RdmaTrafficData
-from gpuwait.collectors.rdma.window import LEGACY_COUNTER_MAX, RdmaWindowStats
+from gpuwait.collectors.rdma.window import LEGACY_COUNTER_MAX, PACKET_FILES, RdmaWindowStats
 from gpuwait.core.config import Settings
 from gpuwait.core.metric import MetricSpec
 from gpuwait.core.plugin import Sample, Snapshot
@@ -138,34 +138,48 @@ HW_GAUGE_PREFIXES = ("active_", "watermark_")
 _SATURATED_DATA = LEGACY_COUNTER_MAX * DATA_WORD_BYTES
 
 
-def _traffic(data: RdmaTrafficData, stats: RdmaWindowStats | None) -> Iterator[Sample]:
+def _traffic(data: RdmaTrafficData, stats: RdmaWindowStats | None,
+             details: RdmaData | None, packet_stats: RdmaWindowStats | None) -> Iterator[Sample]:
+    """The fast tier's data counters with the slow tier's packet counters (``details``, and
+    their window ``packet_stats``), unless the traffic reading carries its own (a trace
+    recorded when the fast tier read them)."""
+    packets = {(d.device, p.port, p.link_layer): (p.counters.get(PACKET_FILES[0][1]), p.counters.get(PACKET_FILES[1][1]))
+               for d in details.devices for p in d.ports} if details is not None else {}
     present = set()
     for p in data.ports:
+        key = (p.device, p.port, p.link_layer)
         labels = (p.device, str(p.port), p.link_layer)
-        present.add((p.device, p.port, p.link_layer))
+        present.add(key)
+        tx_packets, rx_packets = p.transmit_packets, p.receive_packets
+        if tx_packets is None and rx_packets is None:
+            tx_packets, rx_packets = packets.get(key, (None, None))
         yield Sample("gpuwait_rdma_port_transmit_bytes_total", labels, p.transmit_bytes)
         yield Sample("gpuwait_rdma_port_receive_bytes_total", labels, p.receive_bytes)
-        yield Sample("gpuwait_rdma_port_transmit_packets_total", labels, p.transmit_packets)
-        yield Sample("gpuwait_rdma_port_receive_packets_total", labels, p.receive_packets)
+        yield Sample("gpuwait_rdma_port_transmit_packets_total", labels, tx_packets)
+        yield Sample("gpuwait_rdma_port_receive_packets_total", labels, rx_packets)
         read = [(p.transmit_bytes, _SATURATED_DATA), (p.receive_bytes, _SATURATED_DATA),
-                (p.transmit_packets, LEGACY_COUNTER_MAX), (p.receive_packets, LEGACY_COUNTER_MAX)]
+                (tx_packets, LEGACY_COUNTER_MAX), (rx_packets, LEGACY_COUNTER_MAX)]
         if any(v is not None for v, _ in read):
             yield Sample("gpuwait_rdma_port_traffic_counters_saturated", labels, sum(1 for v, stuck in read if v == stuck))
-    if stats is None:
-        return
+    byte_ports = stats.ports if stats is not None else {}
+    packet_ports = packet_stats.ports if packet_stats is not None else {}
     # The window still holds samples of a port unplugged moments ago; its series go with it.
-    for key, s in stats.ports.items():
-        if key not in present:
-            continue
+    for key in sorted((byte_ports.keys() | packet_ports.keys()) & present):
+        s, q = byte_ports.get(key), packet_ports.get(key)
         labels = (key[0], str(key[1]), key[2])
-        yield Sample("gpuwait_rdma_port_window_transmit_mean_bytes_per_second", labels, s.transmit_bytes_mean)
-        yield Sample("gpuwait_rdma_port_window_transmit_max_bytes_per_second", labels, s.transmit_bytes_max)
-        yield Sample("gpuwait_rdma_port_window_transmit_burstiness", labels, s.transmit_burstiness)
-        yield Sample("gpuwait_rdma_port_window_receive_mean_bytes_per_second", labels, s.receive_bytes_mean)
-        yield Sample("gpuwait_rdma_port_window_receive_max_bytes_per_second", labels, s.receive_bytes_max)
-        yield Sample("gpuwait_rdma_port_window_receive_burstiness", labels, s.receive_burstiness)
-        yield Sample("gpuwait_rdma_port_window_transmit_mean_packets_per_second", labels, s.transmit_packets_mean)
-        yield Sample("gpuwait_rdma_port_window_receive_mean_packets_per_second", labels, s.receive_packets_mean)
+        if s is not None:
+            yield Sample("gpuwait_rdma_port_window_transmit_mean_bytes_per_second", labels, s.transmit_bytes_mean)
+            yield Sample("gpuwait_rdma_port_window_transmit_max_bytes_per_second", labels, s.transmit_bytes_max)
+            yield Sample("gpuwait_rdma_port_window_transmit_burstiness", labels, s.transmit_burstiness)
+            yield Sample("gpuwait_rdma_port_window_receive_mean_bytes_per_second", labels, s.receive_bytes_mean)
+            yield Sample("gpuwait_rdma_port_window_receive_max_bytes_per_second", labels, s.receive_bytes_max)
+            yield Sample("gpuwait_rdma_port_window_receive_burstiness", labels, s.receive_burstiness)
+        tx_mean = s.transmit_packets_mean if s is not None else None
+        rx_mean = s.receive_packets_mean if s is not None else None
+        if tx_mean is None and rx_mean is None and q is not None:
+            tx_mean, rx_mean = q.transmit_packets_mean, q.receive_packets_mean
+        yield Sample("gpuwait_rdma_port_window_transmit_mean_packets_per_second", labels, tx_mean)
+        yield Sample("gpuwait_rdma_port_window_receive_mean_packets_per_second", labels, rx_mean)
 
 
 def _details(data: RdmaData) -> Iterator[Sample]:
@@ -194,8 +208,8 @@ def _details(data: RdmaData) -> Iterator[Sample]:
 
 def expose(snapshots: Mapping[str, Snapshot], settings: Settings) -> Iterator[Sample]:
     traffic, stats = snapshots["rdma_traffic"]
+    details, packet_stats = snapshots["rdma"]
     if traffic is not None:
-        yield from _traffic(traffic.data, stats)
-    details, _ = snapshots["rdma"]
+        yield from _traffic(traffic.data, stats, details.data if details is not None else None, packet_stats)
     if details is not None:
         yield from _details(details.data)

@@ -14,8 +14,10 @@ class PortTraffic:
     #: Cumulative, None when the driver reports the counter as not available.
     transmit_bytes: int | None
     receive_bytes: int | None
-    transmit_packets: int | None
-    receive_packets: int | None
+    #: Read by the slow tier (RdmaPortData.counters), None here: the window needs the bytes at
+    #: the sampling rate, the packets only as their mean. A trace may carry them here.
+    transmit_packets: int | None = None
+    receive_packets: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +40,7 @@ class RdmaPortData:
     link_width: str
     #: "NDR"; "" when unknown (or SDR on old kernels).
     link_speed: str
-    #: counters/<name> except the traffic counters (the fast tier has those).
+    #: counters/<name> except the data counters (the fast tier has those).
     counters: dict[str, int]
     #: hw_counters/<name>: driver-specific (mlx5: congestion, retransmits, ...).
     hw_counters: dict[str, int]

@@ -1,15 +1,17 @@
 """RDMA ports from /sys/class/infiniband: traffic for the window, health and identity beside it
 (A9, A10, A11).
 
-Two sources share the tree. ``rdma_traffic`` (fast tier) reads only the four data and packet
-counters of each port, so that NIC bursts can be lined up with GPU utilization dips at the
-sampling interval; it keeps the list of ports and re-lists the devices every few seconds (or
-at once when one vanishes), so a hot-plugged HCA is noticed without a directory walk per
-sample. ``rdma`` (slow tier) reads everything else: state, rate, link layer, every error and
-hardware counter, the RoCE netdev, the PCI function and its NUMA node.
+Two sources share the tree. ``rdma_traffic`` (fast tier) reads only the two data counters of
+each port, so that NIC bursts can be lined up with GPU utilization dips at the sampling
+interval; it keeps the list of ports and re-lists the devices every few seconds (or at once
+when one vanishes), so a hot-plugged HCA is noticed without a directory walk per sample.
+``rdma`` (slow tier) reads everything else: state, rate, link layer, the packet counters (of
+which the window needs only the mean), every error and hardware counter, the RoCE netdev, the
+PCI function and its NUMA node.
 
-Every PMA counter read makes the kernel ask the HCA (a MAD to its firmware), which is why the
-fast tier reads four files per port and no more.
+Every PMA counter read makes the kernel ask the HCA (``show_pma_counter`` sends a MAD to its
+firmware, drivers/infiniband/core/sysfs.c), which is why the fast tier reads two files per
+port and no more.
 
 A host without RDMA devices (no /sys/class/infiniband, or an empty one) is no data, not a
 failure: both sources keep looking on their schedule.
@@ -49,8 +51,6 @@ from gpuwait.core.topology import rdma_device_location
 TRAFFIC_COUNTERS = (
     ("port_xmit_data", "transmit_bytes"),
     ("port_rcv_data", "receive_bytes"),
-    ("port_xmit_packets", "transmit_packets"),
-    ("port_rcv_packets", "receive_packets"),
 )
 _TRAFFIC_FILES = frozenset(name for name, _ in TRAFFIC_COUNTERS)
 #: Not a counter: how long (ms) the driver caches hw_counters between firmware queries.
@@ -219,12 +219,11 @@ class RdmaTrafficSource(Source):
                         self._once(f"unavailable:{os.path.dirname(path)}", errors)
                 values.append(value)
             else:
-                tx, rx, txp, rxp = values
+                tx, rx = values
                 ports.append(PortTraffic(
                     handle.device, handle.port, handle.link_layer,
                     tx * DATA_WORD_BYTES if tx is not None else None,
                     rx * DATA_WORD_BYTES if rx is not None else None,
-                    txp, rxp,
                 ))
         if vanished:
             self._next_relist = t  # drop it from the list at the next sample, not seconds later

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gpuwait.collectors.rdma.parse import DATA_WORD_BYTES
-from gpuwait.collectors.rdma.payload import RdmaTrafficData
+from gpuwait.collectors.rdma.payload import RdmaData, RdmaTrafficData
 from gpuwait.core.config import Settings
 from gpuwait.core.ring import Column, WindowView
 from gpuwait.core.series import added, burstiness, interval_rates, maximum, total_increase
@@ -34,6 +34,23 @@ _TX, _RX, _TXP, _RXP = "tx", "rx", "txp", "rxp"
 _KINDS = {_TX: DATA_WORD_BYTES, _RX: DATA_WORD_BYTES, _TXP: 1, _RXP: 1}
 
 PortKey = tuple[str, int, str]  # (device, port, link_layer)
+
+
+#: counters/<file> of RdmaPortData whose window the slow tier keeps, by column kind.
+PACKET_FILES = ((_TXP, "port_xmit_packets"), (_RXP, "port_rcv_packets"))
+
+
+def packet_columns(data: RdmaData) -> dict[Hashable, float]:
+    """The packet counters the slow tier reads, keyed as ``columns`` keys a trace's: their
+    window's ``summarize`` gives the packet means alone."""
+    cols: dict[Hashable, float] = {}
+    for device in data.devices:
+        for p in device.ports:
+            for kind, name in PACKET_FILES:
+                value = p.counters.get(name)
+                if value is not None:
+                    cols[(kind, device.device, p.port, p.link_layer)] = float(value)
+    return cols
 
 
 def columns(data: RdmaTrafficData) -> dict[Hashable, float]:
