@@ -8,8 +8,8 @@ as what they are: unsigned decimal integers that fit the kernel's widest type.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from itertools import chain, compress, starmap
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import chain, compress, repeat, starmap
 from operator import attrgetter
 from typing import Any, Generic, TypeVar
 
@@ -87,27 +87,63 @@ def parse_devices(
     return devices, tuple(malformed)
 
 
-def counter_columns(names: list[str], tokens: list[str], stride: int, keep: Callable[[str], bool] | None = None
-                    ) -> tuple[list[str], list[list[int]]] | None:
+#: The largest 64-bit counter as the kernel prints it: a token of as many digits fits if it
+#: sorts at or before it, shorter ones always do.
+_U64_MAX_TEXT = str(U64_MAX)
+
+
+def counter_columns(names: list[str], tokens: list[str], stride: int, keep: Callable[[str], bool] | None = None,
+                    convert: tuple[tuple[Callable[[int, Any], Any], Any] | None, ...] = ()
+                    ) -> tuple[list[str], TokenColumns] | None:
     """The ``names`` that ``keep`` accepts (all without ``keep``) and the columns of their
     counters, which ``tokens`` lays out row after row, ``stride`` a row, in the order of
-    ``names``; None when any token is not an unsigned 64-bit decimal (as ``u64s`` has it),
-    which the caller then leaves to a line-by-line parse. The checks and conversions run a
-    column at a time, in C."""
+    ``names``, each converted the first time it is asked for (``TokenColumns``, with
+    ``convert``'s operation for its column); None when any token is not an unsigned 64-bit
+    decimal (as ``u64s`` has it), which the caller then leaves to a line-by-line parse. The
+    checks run over all the tokens at once, in C, without converting them."""
     digits = "".join(tokens)
-    if not (digits.isascii() and digits.isdigit()) or max(map(len, tokens), default=0) > 20:
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    longest = max(map(len, tokens), default=0)
+    if longest > len(_U64_MAX_TEXT) or (longest == len(_U64_MAX_TEXT) and any(
+            t > _U64_MAX_TEXT for t in tokens if len(t) == longest)):
         return None
     kept = None if keep is None else list(map(keep, names))
     if kept is not None and all(kept):
         kept = None
-    columns = []
-    for k in range(stride):
-        column = tokens[k::stride]
-        values = list(map(int, column if kept is None else compress(column, kept)))
-        if values and max(values) > U64_MAX:
-            return None
-        columns.append(values)
-    return (names if kept is None else list(compress(names, kept))), columns
+    return (names if kept is None else list(compress(names, kept))), TokenColumns(tokens, stride, kept, convert)
+
+
+class TokenColumns(Sequence[list]):
+    """The columns of a line-per-device file's counters, as ``counter_columns`` found them:
+    ``self[k]`` is the k-th counter of every kept row, converted to ints (and by the column's
+    ``convert`` operation, ``op(value, factor)``) the first time it is asked for. Ten times a
+    second the window asks for a few columns, which is all the conversion a reading then
+    costs; a scrape or a trace line asks for all of them, once per reading."""
+
+    __slots__ = ("_tokens", "_stride", "_kept", "_convert", "_made")
+
+    def __init__(self, tokens: list[str], stride: int, kept: list[bool] | None,
+                 convert: tuple[tuple[Callable[[int, Any], Any], Any] | None, ...] = ()) -> None:
+        self._tokens, self._stride, self._kept, self._convert = tokens, stride, kept, convert
+        self._made: list[list | None] = [None] * stride
+
+    def __len__(self) -> int:
+        return self._stride
+
+    def __getitem__(self, k: int) -> list:  # type: ignore[override]
+        k = range(self._stride)[k]  # IndexError past the end, as a list's
+        made = self._made[k]
+        if made is None:
+            column = self._tokens[k::self._stride]
+            made = list(map(int, column if self._kept is None else compress(column, self._kept)))
+            conversion = self._convert[k] if k < len(self._convert) else None
+            if conversion is not None:
+                op, factor = conversion
+                made = list(map(op, made, repeat(factor)))
+            # Two threads may make it at once (the window's, a scrape's): the same list either way.
+            self._made[k] = made
+        return made
 
 
 class ColumnTable(Mapping[str, V]):

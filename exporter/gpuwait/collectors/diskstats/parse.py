@@ -11,7 +11,7 @@ gets there within days. Values here are converted to bytes and seconds.
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import chain, repeat
+from itertools import chain
 from operator import mul, truediv
 
 from gpuwait.collectors.diskstats.payload import COUNTER_FIELDS, DiskCounters, Diskstats
@@ -92,15 +92,10 @@ def device_table(text: str, keep: Callable[[str], bool] | None = None) -> Device
     if len(set(names)) != len(names):
         return None
     del tokens[2::width]  # what is left: width - 1 numbers a line
-    counted = counter_columns(names, tokens, width - 1, keep)
+    counted = counter_columns(names, tokens, width - 1, keep, _CONVERSIONS)
     if counted is None:
         return None
-    names, columns = counted
-    for k, conversion in enumerate(_CONVERSIONS[:len(columns)]):
-        if conversion is not None:
-            op, factor = conversion
-            columns[k] = list(map(op, columns[k], repeat(factor)))
-    return DeviceTable(names, columns, DiskCounters)
+    return DeviceTable(*counted, DiskCounters)
 
 
 def _named_lines(text: str):
