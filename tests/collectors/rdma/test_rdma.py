@@ -232,6 +232,21 @@ def test_saturated_counter_publishes_no_rate():
     assert stats.transmit_bytes_mean is None and stats.transmit_bytes_max is None and stats.transmit_burstiness is None
 
 
+def test_a_steady_counter_reaches_the_ceiling_only_between_its_ends():
+    """The ring's account of a counter that never went back answers without its rows, but
+    says what looking at them would say, wherever the 32-bit maximum lies."""
+    stuck = float(LEGACY_COUNTER_MAX)
+    key = ("txp", *IB)
+    for column in ([stuck + 1, stuck + 5, stuck + 9],   # a 64-bit counter, past it from the start
+                   [stuck - 9, stuck - 5, stuck - 1],   # below it throughout
+                   [stuck - 9, stuck, stuck],           # stuck at it
+                   [stuck - 9, stuck, stuck + 3],       # went through it
+                   [stuck - 9, stuck - 2, stuck + 3],   # went past it
+                   [stuck, stuck + 1, stuck + 2]):      # left it
+        view = WindowView([0.0, 0.1, 0.2], {key: column}, {key: (column[0], column[-1])})
+        assert rdma_stats._reached(view, key, stuck) == (stuck in column), column
+
+
 def test_counter_cleared_after_saturation_resumes_without_a_made_up_interval():
     stuck = float(LEGACY_COUNTER_MAX)
     times = [0.0, 0.1, 0.2, 0.3, 0.4]

@@ -141,10 +141,15 @@ def _direction(view: WindowView, kind: str, port: PortKey,
 
 def _reached(view: WindowView, key: tuple, ceiling: float) -> bool:
     """Whether a steady column holds ``ceiling``: a counter that never goes back holds it
-    only at its end once it got there, unless it went past it, which takes every row."""
+    only between its ends, so only one that starts at or below it and ends at or above it
+    needs its rows looked at (a 64-bit counter is past it from its first row)."""
     ends = view.steady_ends(key)
-    if ends is not None and ends[1] < ceiling:
-        return False
+    if ends is not None:
+        first, last = ends
+        if last < ceiling or first > ceiling:
+            return False
+        if last == ceiling:
+            return True
     return ceiling in view.values(key)
 
 
