@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress
 
 from gpuwait.core.facts import CAUSES, EVIDENCE_ORDER
 
@@ -78,6 +79,8 @@ def attribute(
     causes = [(c, evidence[c]) for c in order if evidence.get(c) is not None]
     in_kernel = [(c, v) for c, v in causes if c in RESIDENT_CAUSES]
     pause = evidence.get(PAUSE)
+    strongest = _strongest(causes, start, len(idle))
+    strongest_in_kernel = _strongest(in_kernel, start, len(idle))
     samples = 0
     busy = busy_throttled = 0.0
     for i in range(start, len(idle)):
@@ -100,26 +103,33 @@ def attribute(
                 totals["none" if pause is not None and pause[i] else "host_transfer"] += c
                 free -= c
         if free > 0.0:
-            totals[_strongest(causes, i, demand[i])] += free
+            totals[strongest[i] or ("insufficient_work" if demand[i] else "none")] += free
         if r > 0.0:
             # A kernel was resident: the GPU had work, too little to keep its SMs busy (A4),
             # whatever the owner's CPU says about demand.
-            totals[_strongest(in_kernel, i, True)] += r
+            totals[strongest_in_kernel[i] or "insufficient_work"] += r
     if samples == 0:
         return Attribution(0, 0.0, dict.fromkeys(CAUSES, 0.0), 0.0)
     ratios = {cause: totals[cause] / samples for cause in CAUSES}
     return Attribution(samples, sum(totals.values()) / samples, ratios, busy_throttled / busy if busy else 0.0)
 
 
-def _strongest(causes: Sequence[tuple[str, Sequence[float]]], i: int, demand: bool) -> str:
-    best, strength = None, 0.0
+def _strongest(causes: Sequence[tuple[str, Sequence[float]]], start: int, n: int) -> list[str | None]:
+    """Per instant (from ``start``; None before it), the cause with the strongest evidence, the
+    first of ``causes`` among equals, ``none`` for a pause; None where no evidence is there.
+    Worked out a cause at a time over the instants where it has evidence, which are few
+    beside the instants where the GPU waits and every cause would be asked."""
+    best: list[str | None] = [None] * n
+    strength = [0.0] * n
     for cause, values in causes:
-        v = float(values[i])
-        if v > strength:
-            best, strength = cause, v
-    if best is None:
-        return "insufficient_work" if demand else "none"
-    return "none" if best == PAUSE else best
+        name = "none" if cause == PAUSE else cause
+        # Absent evidence is 0 or False; NaN passes the selector and fails the comparison.
+        for k in compress(range(start, n), values[start:n]):
+            v = float(values[k])
+            if v > strength[k]:
+                strength[k] = v
+                best[k] = name
+    return best
 
 
 @dataclass(frozen=True)
