@@ -463,10 +463,14 @@ def test_centred_equals_the_walk_over_the_samples(data):
     step = data.draw(st.sampled_from([0.1, 0.2]))
     grid = Grid([x + shift for x in times[data.draw(st.integers(0, len(times) - 1)):]], step)
     column = Column(times, values)
-    period = sample_period(column)
-    expected = grid.hold(column) if period is None else _centred_loop(grid, column, period)
-    got = centred(grid, column)
-    assert [x if x == x else "nan" for x in got] == [x if x == x else "nan" for x in expected]
+    # Columns of one source share their times, and the grid keeps which samples those give
+    # each instant: a second column on the same times and grid takes its own values.
+    other = Column(times, [data.draw(st.one_of(st.floats(0.0, 1.0), st.just(math.nan))) for _ in times])
+    for column in (column, other, column):
+        period = sample_period(column)
+        expected = grid.hold(column) if period is None else _centred_loop(grid, column, period)
+        got = centred(grid, column)
+        assert [x if x == x else "nan" for x in got] == [x if x == x else "nan" for x in expected]
 
 
 def test_centred_takes_a_sample_within_a_nanosecond_before_the_middle_as_the_walk_does():

@@ -107,21 +107,42 @@ def centred(grid: Grid, column: Column) -> list[float]:
     """A driver sample series on the grid: each instant takes the sample whose period covers
     the middle of the instant's step, the first one stamped at or after it (the driver stamps
     a sample at the end of its period), for at most one period."""
-    period = sample_period(column)
-    if period is None:
-        return grid.hold(column)
     times, values = column.times, column.values
-    if not sum(values) == sum(values):  # a NaN anywhere makes the sum NaN
-        kept = [(t, v) for t, v in zip(times, values) if v == v]
-        times, values = [t for t, _ in kept], [v for _, v in kept]
+    if sum(values) == sum(values):  # no NaN (a NaN anywhere makes the sum NaN)
+        # Which sample each instant takes depends on the sample times alone, which the GPM
+        # columns of every GPU share with the grid's own source: worked out once a pass.
+        taken = grid.shared(_CENTRED, times, lambda: _centred_samples(grid, times))
+        if taken is None:
+            return grid.hold(column)
+        return list(map([*values, math.nan].__getitem__, taken))
+    kept = [(t, v) for t, v in zip(times, values) if v == v]
+    taken = _centred_samples(grid, [t for t, _ in kept])
+    if taken is None:
+        return grid.hold(column)
+    return list(map([*(v for _, v in kept), math.nan].__getitem__, taken))
+
+
+#: ``Grid.shared``'s key for the samples ``centred`` takes.
+_CENTRED = "centred samples"
+
+
+def _centred_samples(grid: Grid, times: list[float]) -> list[int] | None:
+    """Per grid instant, the index in ``times`` (the valid samples' times) of the sample
+    ``centred`` takes, ``len(times)`` for none; None where the spacing is no driver period
+    (``sample_period``)."""
     n = len(times)
-    half, limit, nan = grid.step / 2, period * 1.5, math.nan
+    if n < 2:
+        return None
+    period = (times[-1] - times[0]) / (n - 1)
+    if not 0 < period <= MAX_SAMPLE_PERIOD:
+        return None
+    half, limit = grid.step / 2, period * 1.5
     out = []
     for t in grid.times:
         middle = t + half
         # The first sample stamped at or after the middle (the grid's times ascend).
         k = bisect_left(times, middle - 1e-9)
-        out.append(values[k] if k < n and times[k] - middle <= limit else nan)
+        out.append(k if k < n and times[k] - middle <= limit else n)
     return out
 
 
