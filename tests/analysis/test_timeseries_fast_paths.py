@@ -274,6 +274,24 @@ def test_grid_rates_of_columns_sharing_their_times_equal_the_loop(data):
         assert same(g.rates(column, gap), ref_interval_rates_at(column.times, column.values, at, gap))
 
 
+@hypothesis_settings(max_examples=400, deadline=None)
+@given(rate_cases())
+def test_rates_by_interval_put_on_the_grid_equal_the_loop(case):
+    """A slow source's counters are judged an interval at a time and the marks put on the
+    grid (analysis.evidence.storage): the interval's rate is the one each instant it covers
+    would get, and an instant no interval covers gets none."""
+    times, values, at, gap, modulus = case
+    g = Grid(at, 0.1)
+    column = Column(times, values, modulus)
+    per_interval = g.interval_rates(column, gap)
+    if per_interval is None:
+        # Left to the rates on the grid: a missing sample, fewer than two, or times that must be walked.
+        assert len(times) < 2 or not sum(values) == sum(values) or g.on_intervals(times, []) is None
+        return
+    assert len(per_interval) == len(times) - 1
+    assert same(g.on_intervals(times, per_interval, NAN), ref_interval_rates_at(times, values, at, gap, modulus))
+
+
 def test_a_grid_does_not_take_one_list_of_times_for_another():
     g = Grid([0.5, 1.5, 2.5], 1.0)
     assert g.rates(Column([0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0]), 2.0) == [1.0, 1.0, 1.0]

@@ -119,18 +119,7 @@ def interval_rates_at(
     last = len(ts) - 1
     if last < 1:
         return [nan] * len(at)
-    dts = cached.lengths
-    ds = list(map(sub, islice(vs, 1, None), vs))
-    if min(ds) >= 0 and cached.shortest > 0 and cached.longest <= max_gap:
-        rates = list(map(truediv, ds, dts))
-    else:
-        rates = []
-        for k in range(last):
-            dt = dts[k]
-            d = ds[k]
-            if d < 0:
-                d = increase(vs[k], vs[k + 1], modulus)
-            rates.append(d / dt if d is not None and 0 < dt <= max_gap else nan)
+    rates = _per_interval(vs, cached, max_gap, modulus)
     if cached.covering is not None:
         return list(map([nan, *rates, nan].__getitem__, cached.covering))
     out = []
@@ -140,6 +129,24 @@ def interval_rates_at(
             j += 1
         out.append(rates[j] if j < last and ts[j] <= t else nan)
     return out
+
+
+def _per_interval(vs: list[float], cached: _Intervals, max_gap: float, modulus: float | None) -> list[float]:
+    """The rate over each interval of ``cached``'s times, of the counter's values ``vs`` there
+    (at least two): NaN where the interval is not forward, longer than ``max_gap``, or the
+    counter went back by more than ``modulus`` explains."""
+    dts = cached.lengths
+    ds = list(map(sub, islice(vs, 1, None), vs))
+    if min(ds) >= 0 and cached.shortest > 0 and cached.longest <= max_gap:
+        return list(map(truediv, ds, dts))
+    rates = []
+    for k in range(len(ds)):
+        dt = dts[k]
+        d = ds[k]
+        if d < 0:
+            d = increase(vs[k], vs[k + 1], modulus)
+        rates.append(d / dt if d is not None and 0 < dt <= max_gap else math.nan)
+    return rates
 
 
 def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
@@ -472,6 +479,21 @@ class Grid:
     def rates(self, column: Column, gap: float) -> list[float]:
         """A counter's rate over the sampling interval that covers each grid point."""
         return interval_rates_at(column.times, column.values, self.times, gap, column.modulus, self._intervals)
+
+    def interval_rates(self, column: Column, gap: float) -> list[float] | None:
+        """The rates ``rates`` puts on the grid, one per sampling interval of the column (from
+        sample j to j + 1), for ``on_intervals`` to put there; None where the column misses a
+        sample, has fewer than two, or the look-up must walk (``rates`` then)."""
+        times, values = column.times, column.values
+        if (not isinstance(times, list) or len(times) < 2 or len(values) != len(times)
+                or not sum(values) == sum(values)):
+            return None
+        cached = self._intervals.get(id(times))
+        if cached is None or cached.times is not times:
+            cached = self._intervals[id(times)] = _Intervals(times, self.times)
+        if cached.covering is None:
+            return None
+        return _per_interval(values if isinstance(values, list) else list(values), cached, gap, column.modulus)
 
     def on_intervals(self, times: list[float], per_interval: Sequence[int], outside: int = 0) -> list[int] | None:
         """Per grid point, the value of the sampling interval of ``times`` that covers it

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable
-from itertools import repeat
+from itertools import compress, repeat
 from operator import and_, ge, or_
 
 from gpuwait.analysis.timeseries import HOLD_INTERVALS, Grid, interval_marks
@@ -53,6 +53,9 @@ OPTIONS = (IO_PRESSURE, QUEUE_DEPTH, MIN_READ_IOPS, NFS_LATENCY, NFS_WAITERS, OW
 
 #: A disk's marks on a sampling interval: reads at a real rate, and a long queue while reading.
 READING, LONG_QUEUE = 1, 2
+#: An NFS mount's other mark, beside READING: slow operations, or callers waiting on the
+#: server all the time.
+SLOW = 2
 
 
 def storage(inputs: AnalysisInputs, grid: Grid, settings: Settings, gap: float) -> list[bool]:
@@ -128,20 +131,50 @@ def _nfs_slow(inputs: AnalysisInputs, grid: Grid, settings: Settings, reading: l
         return slow
     gap = HOLD_INTERVALS * settings.slow_interval
     min_ops, latency, waiters = settings[MIN_READ_IOPS], settings[NFS_LATENCY], settings[NFS_WAITERS]
-    for mount in nfs_window.mounts(view):
-        total_ops = [0.0] * n
-        total_ms = [0.0] * n
-        for operation in nfs_window.operations(view, mount):
-            ops = grid.rates(operation.count, gap)
-            ms = grid.rates(operation.execute_ms, gap)
-            # An instant adds the operation's rates when it has both (x == x: not NaN).
-            total_ops = [t + o if o == o and m == m else t for t, o, m in zip(total_ops, ops, ms)]
-            total_ms = [t + m if o == o and m == m else t for t, o, m in zip(total_ms, ops, ms)]
-        for i in range(n):
-            if total_ops[i] >= min_ops:
-                reading[i] = True
+
+    def marks(total_ops: list[float], total_ms: list[float]) -> list[int]:
+        out = []
+        for ops, ms in zip(total_ops, total_ms):
+            mark = 0
+            if ops >= min_ops:
+                mark = READING
                 # execute seconds per second: the mean number of callers waiting on the server
-                waiting = total_ms[i] / 1000.0
-                if waiting / total_ops[i] >= latency or waiting >= waiters:
-                    slow[i] = True
+                waiting = ms / 1000.0
+                if waiting / ops >= latency or waiting >= waiters:
+                    mark |= SLOW
+            out.append(mark)
+        return out
+
+    for mount in nfs_window.mounts(view):
+        operations = nfs_window.operations(view, mount)
+        # NFS is read every slow interval, a dozen rows a window: where every operation's
+        # counters have all of them, each interval is added up and judged once, and its marks
+        # put on the instants it covers, as they would have been judged one by one.
+        per_interval = [(grid.interval_rates(op.count, gap), grid.interval_rates(op.execute_ms, gap))
+                        for op in operations]
+        shared = all(o is not None and m is not None and op.count.times is view.times and op.execute_ms.times is view.times
+                     for (o, m), op in zip(per_interval, operations))
+        on_grid = None
+        if shared:
+            intervals = len(view.times) - 1
+            total_ops, total_ms = _added(per_interval, intervals)
+            on_grid = grid.on_intervals(view.times, marks(total_ops, total_ms))
+        if on_grid is None:
+            total_ops, total_ms = _added([(grid.rates(op.count, gap), grid.rates(op.execute_ms, gap)) for op in operations], n)
+            on_grid = marks(total_ops, total_ms)
+        for i in compress(range(n), on_grid):
+            reading[i] = True
+            if on_grid[i] & SLOW:
+                slow[i] = True
     return slow
+
+
+def _added(rates: list[tuple[list[float], list[float]]], n: int) -> tuple[list[float], list[float]]:
+    """The operations' rates and execute milliseconds per second added up at each of ``n``
+    instants (or intervals), an operation's where it has both (x == x: not NaN)."""
+    total_ops = [0.0] * n
+    total_ms = [0.0] * n
+    for ops, ms in rates:
+        total_ops = [t + o if o == o and m == m else t for t, o, m in zip(total_ops, ops, ms)]
+        total_ms = [t + m if o == o and m == m else t for t, o, m in zip(total_ms, ops, ms)]
+    return total_ops, total_ms
