@@ -427,7 +427,8 @@ def _spinning(owner_of: dict[tuple[str, str], str], activity: dict[tuple[str, st
 def _widened(values: Sequence[float]) -> list[float]:
     """Each instant's value, or its neighbours' where larger (one sampling interval either side)."""
     v = list(values)
-    if len(v) < 2:
+    if len(v) < 2 or not any(v):
+        # No evidence anywhere (NaN is true): nothing to widen, as the maxima would find.
         return v
     # max over the same neighbours in the same order as one slice each would, so NaN falls out
     # the same way (max keeps its first argument unless a later one compares greater).
