@@ -96,7 +96,11 @@ class GpuActivity:
 
 def sample_period(column: Column) -> float | None:
     """The driver's sampling period: the mean spacing of the valid samples in the window."""
-    times = [t for t, v in zip(column.times, column.values) if v == v]
+    return _period([t for t, v in zip(column.times, column.values) if v == v])
+
+
+def _period(times: list[float]) -> float | None:
+    """``sample_period`` of the valid samples' ``times``."""
     if len(times) < 2:
         return None
     period = (times[-1] - times[0]) / (len(times) - 1)
@@ -130,12 +134,10 @@ def _centred_samples(grid: Grid, times: list[float]) -> list[int] | None:
     """Per grid instant, the index in ``times`` (the valid samples' times) of the sample
     ``centred`` takes, ``len(times)`` for none; None where the spacing is no driver period
     (``sample_period``)."""
+    period = _period(times)
+    if period is None:
+        return None
     n = len(times)
-    if n < 2:
-        return None
-    period = (times[-1] - times[0]) / (n - 1)
-    if not 0 < period <= MAX_SAMPLE_PERIOD:
-        return None
     half, limit = grid.step / 2, period * 1.5
     out = []
     for t in grid.times:

@@ -488,9 +488,7 @@ class Grid:
         if (not isinstance(times, list) or len(times) < 2 or len(values) != len(times)
                 or not sum(values) == sum(values)):
             return None
-        cached = self._intervals.get(id(times))
-        if cached is None or cached.times is not times:
-            cached = self._intervals[id(times)] = _Intervals(times, self.times)
+        cached = self._intervals_of(times)
         if cached.covering is None:
             return None
         return _per_interval(values if isinstance(values, list) else list(values), cached, gap, column.modulus)
@@ -499,9 +497,15 @@ class Grid:
         """Per grid point, the value of the sampling interval of ``times`` that covers it
         (``outside`` where none does), as ``rates`` finds the interval; None where the
         look-up must walk (times not ascending), which the caller then leaves to ``rates``."""
-        cached = self._intervals.get(id(times))
-        if cached is None or cached.times is not times:
-            cached = self._intervals[id(times)] = _Intervals(times, self.times)
+        cached = self._intervals_of(times)
         if cached.covering is None:
             return None
         return list(map([outside, *per_interval, outside].__getitem__, cached.covering))
+
+    def _intervals_of(self, times: list[float]) -> _Intervals:
+        """The intervals of ``times`` on this grid, kept for the next column with the same
+        list of times (as ``interval_rates_at`` keeps them for ``rates``)."""
+        cached = self._intervals.get(id(times))
+        if cached is None or cached.times is not times:
+            cached = self._intervals[id(times)] = _Intervals(times, self.times)
+        return cached

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 
 from gpuwait.collectors.rdma.parse import DATA_WORD_BYTES, is_active
 from gpuwait.collectors.rdma.payload import RdmaData, RdmaTrafficData
-from gpuwait.collectors.rdma.window import LEGACY_COUNTER_MAX, PACKET_FILES, RdmaWindowStats
+from gpuwait.collectors.rdma.window import LEGACY_COUNTER_MAX, RdmaWindowStats, packets
 from gpuwait.core.config import Settings
 from gpuwait.core.metric import MetricSpec
 from gpuwait.core.plugin import Sample, Snapshot
@@ -143,8 +143,7 @@ def _traffic(data: RdmaTrafficData, stats: RdmaWindowStats | None,
     """The fast tier's data counters with the slow tier's packet counters (``details``, and
     their window ``packet_stats``), unless the traffic reading carries its own (a trace
     recorded when the fast tier read them)."""
-    packets = {(d.device, p.port, p.link_layer): (p.counters.get(PACKET_FILES[0][1]), p.counters.get(PACKET_FILES[1][1]))
-               for d in details.devices for p in d.ports} if details is not None else {}
+    slow = {(d.device, p.port, p.link_layer): packets(p) for d in details.devices for p in d.ports} if details is not None else {}
     present = set()
     for p in data.ports:
         key = (p.device, p.port, p.link_layer)
@@ -152,7 +151,7 @@ def _traffic(data: RdmaTrafficData, stats: RdmaWindowStats | None,
         present.add(key)
         tx_packets, rx_packets = p.transmit_packets, p.receive_packets
         if tx_packets is None and rx_packets is None:
-            tx_packets, rx_packets = packets.get(key, (None, None))
+            tx_packets, rx_packets = slow.get(key, (None, None))
         yield Sample("gpuwait_rdma_port_transmit_bytes_total", labels, p.transmit_bytes)
         yield Sample("gpuwait_rdma_port_receive_bytes_total", labels, p.receive_bytes)
         yield Sample("gpuwait_rdma_port_transmit_packets_total", labels, tx_packets)

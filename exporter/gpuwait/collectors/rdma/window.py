@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gpuwait.collectors.rdma.parse import DATA_WORD_BYTES
-from gpuwait.collectors.rdma.payload import RdmaData, RdmaTrafficData
+from gpuwait.collectors.rdma.payload import RdmaData, RdmaPortData, RdmaTrafficData
 from gpuwait.core.config import Settings
 from gpuwait.core.ring import Column, WindowView
 from gpuwait.core.series import added, burstiness, interval_rates, maximum, total_increase
@@ -36,8 +36,9 @@ _KINDS = {_TX: DATA_WORD_BYTES, _RX: DATA_WORD_BYTES, _TXP: 1, _RXP: 1}
 PortKey = tuple[str, int, str]  # (device, port, link_layer)
 
 
-#: counters/<file> of RdmaPortData whose window the slow tier keeps, by column kind.
-PACKET_FILES = ((_TXP, "port_xmit_packets"), (_RXP, "port_rcv_packets"))
+def packets(port: RdmaPortData) -> tuple[int | None, int | None]:
+    """The port's (transmitted, received) packet counters, as the slow tier reads them."""
+    return port.counters.get("port_xmit_packets"), port.counters.get("port_rcv_packets")
 
 
 def packet_columns(data: RdmaData) -> dict[Hashable, float]:
@@ -46,8 +47,7 @@ def packet_columns(data: RdmaData) -> dict[Hashable, float]:
     cols: dict[Hashable, float] = {}
     for device in data.devices:
         for p in device.ports:
-            for kind, name in PACKET_FILES:
-                value = p.counters.get(name)
+            for kind, value in zip((_TXP, _RXP), packets(p)):
                 if value is not None:
                     cols[(kind, device.device, p.port, p.link_layer)] = float(value)
     return cols
