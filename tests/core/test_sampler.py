@@ -16,7 +16,7 @@ from gpuwait.core.registry import resolve
 from gpuwait.core.errors import NoData, SourceError
 from gpuwait.core.reading import Reading
 from gpuwait.core.ring import WindowView
-from gpuwait.core.sampler import Sampler, SourceState
+from gpuwait.core.sampler import MAX_UNDECODED_READS, Sampler, SourceState
 from gpuwait.core.source import HostPaths, Source
 from gpuwait.exposition.prometheus import GpuwaitCollector
 from gpuwait.core.series import window_rate
@@ -712,6 +712,122 @@ def test_timing_self_stats_cover_the_reads_of_the_window_pass_after_pass():
     sampler.ingest(state, None, {"test:failed": "a read"}, started=now + 4, duration=6.0, lag=0.2)
     sampler.analyse_once(now=now + 7.5)  # the read at now - 3 leaves the window
     assert (state.mean_read_seconds, state.max_lag_seconds) == (4.0, 0.2)
+
+
+# -- reads decoded at the next pass --------------------------------------------------------
+
+
+class CapturingSource(Source):
+    """Captures a counter that grows by one a read and decodes it into ``{"c": counter}``; a
+    capture the test marks (``bad``) does not decode, and ``fail`` makes captures fail."""
+
+    name = "capturing"
+
+    def __init__(self, decode_seconds: float = 0.0) -> None:
+        super().__init__(HostPaths())
+        self.captures = 0
+        self.bad: set[int] = set()
+        self.fail = False
+        self.decode_seconds = decode_seconds
+        self.decoded_in: list[str] = []
+
+    def read(self) -> Reading:
+        return self.decode(self.capture())
+
+    def capture(self) -> tuple[float, int]:
+        if self.fail:
+            raise SourceError("unavailable:/capturing", "gone")
+        self.captures += 1
+        return time.monotonic(), self.captures
+
+    def decode(self, captured: tuple[float, int]) -> Reading:
+        t, n = captured
+        self.decoded_in.append(threading.current_thread().name)
+        time.sleep(self.decode_seconds)
+        if n in self.bad:
+            raise SourceError("parse:/capturing", f"capture {n}")
+        return self.reading(t, {"c": float(n)})
+
+
+def _taken(sampler: Sampler, state: SourceState, times: int = 1) -> None:
+    """``times`` reads as a tier's thread takes them when passes come less often."""
+    for _ in range(times):
+        sampler.take(state, sampler.read_source(state, capture=True), 0.0)
+
+
+def test_a_tier_read_between_passes_is_decoded_and_folded_in_by_the_next_pass():
+    source = CapturingSource()
+    sampler = sampler_with({"c": source}, "--sample.interval=50ms", "--analysis.interval=1h")
+    state = sampler.states["c"]
+    sampler.start()
+    try:
+        assert wait_for(lambda: source.captures >= 6)
+        # The first read makes the exporter ready at once; the next wait for the pass.
+        assert state.reads == 1 and sampler.not_ready() == []
+        captured = source.captures
+        sampler.analyse_once()
+        assert state.reads >= captured
+        assert source.decoded_in[0] == "sample-every-0.05s"
+        assert set(source.decoded_in[1:captured]) == {"MainThread"}, "decoded by the pass's thread, not the tier's"
+        assert state.ring.view().column("c")[:captured] == [float(n) for n in range(1, captured + 1)]
+    finally:
+        sampler.stop(timeout=3.0)
+    assert state.reads == source.captures, "stopping folds in what was read"
+
+
+def test_a_tier_read_as_often_as_the_passes_is_folded_in_by_its_thread():
+    source = CapturingSource()
+    sampler = sampler_with({"c": source}, "--sample.interval=50ms", "--analysis.interval=50ms")
+    sampler.start()
+    try:
+        assert wait_for(lambda: source.captures >= 4)
+    finally:
+        sampler.stop(timeout=3.0)
+    assert set(source.decoded_in) == {"sample-every-0.05s"}
+
+
+def test_held_reads_are_folded_in_in_order_before_a_failed_one():
+    source = CapturingSource()
+    sampler = sampler_with({"c": source}, "--sample.interval=50ms", "--analysis.interval=1h")
+    state = sampler.states["c"]
+    _taken(sampler, state, 3)
+    assert (state.reads, len(state.undecoded)) == (1, 2)
+    source.fail = True
+    _taken(sampler, state)
+    assert (state.reads, state.errors, state.up, len(state.undecoded)) == (4, 1, False, 0)
+    assert state.ring.view().column("c") == [1.0, 2.0, 3.0]
+    source.fail = False
+    _taken(sampler, state)
+    assert state.up and state.reads == 5, "a source coming back is folded in at once"
+
+
+def test_a_capture_that_does_not_decode_costs_its_own_read_only():
+    source = CapturingSource()
+    source.bad = {3}
+    sampler = sampler_with({"c": source}, "--sample.interval=50ms", "--analysis.interval=1h")
+    state = sampler.states["c"]
+    _taken(sampler, state, 4)
+    sampler.analyse_once()
+    assert (state.reads, state.errors, state.up) == (4, 1, True)
+    assert state.ring.view().column("c") == [1.0, 2.0, 4.0]
+
+
+def test_a_tier_holds_at_most_a_bounded_number_of_reads():
+    sampler = sampler_with({"c": CapturingSource()}, "--sample.interval=50ms", "--analysis.interval=1h")
+    state = sampler.states["c"]
+    _taken(sampler, state, 1 + MAX_UNDECODED_READS - 1)
+    assert len(state.undecoded) == MAX_UNDECODED_READS - 1
+    _taken(sampler, state)
+    assert len(state.undecoded) == 0 and state.reads == 1 + MAX_UNDECODED_READS
+
+
+def test_a_held_read_counts_its_decoding_in_its_duration():
+    sampler = sampler_with({"c": CapturingSource(decode_seconds=0.02)}, "--sample.interval=50ms",
+                           "--analysis.interval=1h")
+    state = sampler.states["c"]
+    _taken(sampler, state, 3)
+    sampler.analyse_once()
+    assert state.reads == 3 and state.read_seconds >= 3 * 0.02
 
 
 # -- reads that hang -----------------------------------------------------------------------

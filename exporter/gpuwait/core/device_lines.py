@@ -5,14 +5,12 @@ that does not parse costs only its device."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
 from gpuwait.core.errors import ParseError, SourceError
-from gpuwait.core.pseudofile import KeptDescriptors
 from gpuwait.core.reading import Reading
-from gpuwait.core.source import HostPaths, Source
+from gpuwait.core.source import HostPaths, KernelFileSource
 
 
 class ExcludeFilter:
@@ -38,7 +36,7 @@ class ExcludeFilter:
         return kept
 
 
-class DeviceLinesSource(Source):
+class DeviceLinesSource(KernelFileSource):
     """Subclasses name the file (``path_parts`` under procfs) and its parser: ``parse(text,
     keep)`` returns the Reading's payload, whose ``malformed`` names the lines it dropped, or
     raises ParseError when the text is not the format at all."""
@@ -47,17 +45,10 @@ class DeviceLinesSource(Source):
     parse: Callable[[str, Callable[[str], bool]], Any]
 
     def __init__(self, paths: HostPaths, device_exclude: re.Pattern[str]) -> None:
-        super().__init__(paths)
-        self.path = paths.proc(*self.path_parts)
+        super().__init__(paths, paths.proc(*self.path_parts))
         self.keep = ExcludeFilter(device_exclude)
-        self._kept = KeptDescriptors()
 
-    def close(self) -> None:
-        self._kept.close()
-
-    def read(self) -> Reading:
-        t = time.monotonic()
-        text = self._kept.read_text(self.path)
+    def parse_reading(self, t: float, text: str) -> Reading:
         try:
             parsed = self.parse(text, self.keep)
         except ParseError as e:

@@ -58,6 +58,11 @@ SHARED_READ_INTERVALS = 2
 SHARED_READ_FLOOR_SECONDS = 0.25
 
 
+#: Reads a tier's thread holds, per source, before it decodes them itself: analysis passes
+#: decode them sooner (each pass first), so this only bounds them when passes are rare.
+MAX_UNDECODED_READS = 32
+
+
 @dataclass
 class ReadOutcome:
     reading: Reading | None
@@ -65,6 +70,9 @@ class ReadOutcome:
     no_data: NoData | None
     started: float
     duration: float
+    #: What ``Source.capture`` took, still to be decoded into ``reading`` (None once decoded,
+    #: or when the read failed).
+    captured: Any = None
 
 
 class _Reader:
@@ -198,6 +206,10 @@ class SourceState:
     logged_partial: set[str] = field(default_factory=set)
     #: The latest read outlived its deadline: nothing this source holds is served.
     timed_out: bool = False
+    #: Reads of the tier's thread not yet decoded and folded in, with their lags, in order
+    #: (``Sampler.settle``); held by whichever thread settles them.
+    undecoded: deque[tuple[ReadOutcome, float]] = field(default_factory=deque)
+    settle_lock: threading.Lock = field(default_factory=threading.Lock)
     #: Reads given up on whose threads are still blocked, and when a retry is allowed.
     hung_reads: int = 0
     retry_after: float = 0.0
@@ -348,6 +360,7 @@ class Sampler:
             threads = list(self._threads)
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
+        self.settle_all()  # what was read is kept (a trace recorder's last readings)
         for state in self.states.values():
             try:
                 state.source.close()
@@ -373,23 +386,27 @@ class Sampler:
         interval = tier.interval
         while not self._stop.is_set():
             due = tier.next_due
+            # A tier read several times between two analysis passes leaves its reads for the
+            # pass to decode and fold in together, when the parsing code is warm: a read alone
+            # every 100 ms finds the caches cold, and costs about half as much again.
+            defer = interval < self.settings[ANALYSIS_INTERVAL]
             for state in tier.states:
                 if self._stop.is_set():
                     return
                 started = time.monotonic()
                 with tier.lock:
                     tier.in_flight = (state, started)
-                outcome = self.read_source(state)
+                outcome = self.read_source(state, capture=defer)
                 with tier.lock:
                     tier.in_flight = None
                     handover = tier.handover
                 if handover is not None:
                     # The watchdog gave this read to a reader of the source's own, and the
                     # rest of the tier to a new thread: this thread is now that reader's.
-                    handover.adopt(outcome)
+                    self.settle(state)
+                    handover.adopt(self.decoded(state, outcome))
                     return
-                self.ingest(state, outcome.reading, outcome.details, outcome.started, outcome.duration,
-                            max(0.0, started - due), outcome.no_data)
+                self.take(state, outcome, max(0.0, started - due))
             tier.next_due, missed = _next_slot(due, interval)
             for state in tier.states:
                 state.overruns += missed
@@ -490,16 +507,34 @@ class Sampler:
         outcome = self.read_source(state)
         self.ingest(state, outcome.reading, outcome.details, outcome.started, outcome.duration, lag, outcome.no_data)
 
-    def read_source(self, state: SourceState) -> ReadOutcome:
-        """One read of the source, its failure turned into causes; touches no state."""
+    def read_source(self, state: SourceState, capture: bool = False) -> ReadOutcome:
+        """One read of the source, its failure turned into causes; touches no state. With
+        ``capture``, only what the source takes from the kernel (``Source.capture``), which
+        ``decoded`` makes the reading of."""
         started = time.monotonic()
+        if capture:
+            captured, details, no_data = self._attempt(state, state.source.capture)
+            return ReadOutcome(None, details, no_data, started, time.monotonic() - started, captured)
+        reading, details, no_data = self._attempt(state, state.source.read)
+        return ReadOutcome(reading, details, no_data, started, time.monotonic() - started)
+
+    def decoded(self, state: SourceState, outcome: ReadOutcome) -> ReadOutcome:
+        """``outcome`` with what it captured decoded into its reading; its duration counts
+        the decoding too, as a whole read's does."""
+        if outcome.captured is None:
+            return outcome
+        started = time.monotonic()
+        reading, details, no_data = self._attempt(state, state.source.decode, outcome.captured)
+        return ReadOutcome(reading, details, no_data, outcome.started,
+                           outcome.duration + time.monotonic() - started)
+
+    def _attempt(self, state: SourceState, call: Callable[..., Any], *args: Any
+                 ) -> tuple[Any, dict[str, str], NoData | None]:
         details: dict[str, str] = {}
-        reading: Reading | None = None
-        no_data: NoData | None = None
         try:
-            reading = state.source.read()
+            return call(*args), details, None
         except NoData as e:
-            no_data = e
+            return None, details, e
         except SourceError as e:
             details[e.cause] = e.detail
         except Exception as e:  # a bug in a source must cost that source only
@@ -507,7 +542,35 @@ class Sampler:
             details[cause] = str(e)
             if cause not in state.active_causes:
                 log.error("source %s failed unexpectedly", state.spec.name, exc_info=True)
-        return ReadOutcome(reading, details, no_data, started, time.monotonic() - started)
+        return None, details, None
+
+    def take(self, state: SourceState, outcome: ReadOutcome, lag: float) -> None:
+        """Fold in a read of the tier's thread, or hold it for ``settle`` if it was only
+        captured. A failed read is folded in at once, after those held before it (the source
+        goes down without waiting for the next pass), and so is the read of a source that is
+        not up (its first makes the exporter ready; one coming back is served at once) and one
+        that finds MAX_UNDECODED_READS held."""
+        if outcome.captured is None and not state.undecoded:
+            self.ingest(state, outcome.reading, outcome.details, outcome.started, outcome.duration, lag, outcome.no_data)
+            return
+        state.undecoded.append((outcome, lag))
+        if outcome.captured is None or not state.up or len(state.undecoded) >= MAX_UNDECODED_READS:
+            self.settle(state)
+
+    def settle(self, state: SourceState) -> None:
+        """Decode and fold in, in order, the reads the tier's thread holds for ``state``."""
+        with state.settle_lock:
+            undecoded = state.undecoded
+            while undecoded:
+                outcome, lag = undecoded.popleft()
+                outcome = self.decoded(state, outcome)
+                self.ingest(state, outcome.reading, outcome.details, outcome.started, outcome.duration, lag,
+                            outcome.no_data)
+
+    def settle_all(self) -> None:
+        for state in self.states.values():
+            if state.undecoded:
+                self.settle(state)
 
     def ingest(
         self, state: SourceState, reading: Reading | None, details: dict[str, str] | None = None,
@@ -602,6 +665,7 @@ class Sampler:
         """Take every window's view, summarise those an analysis reads, leave the others due
         (``summarize_due``), and run the analyses. ``now`` is the time the window ends at: the
         monotonic clock when live, the trace's clock during a replay."""
+        self.settle_all()
         self._analyse(now)
         self.changed()
 

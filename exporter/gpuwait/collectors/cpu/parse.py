@@ -151,8 +151,9 @@ def core_seconds(text: str, modes: tuple[str, ...], ticks_per_second: float
     per_tick = repeat(float(ticks_per_second))
     stride = width - 1
     start = first * stride
-    # float() of a string of digits is float(int()) of it (both round to the nearest double),
-    # and takes about half of int()'s time; the careful parser's int ticks divide alike.
-    columns = [list(map(truediv, map(float, tokens[start + k::stride]), per_tick)) for k in range(min(stride, len(modes)))]
+    # Ticks divided as ints, as the careful parser's are: an int divided by a float is rounded
+    # from the exact int (PyLong_AsDouble), the same double as float() of its digits, and
+    # int() of a short string of digits takes about half of float()'s time (no strtod).
+    columns = [list(map(truediv, map(int, tokens[start + k::stride]), per_tick)) for k in range(min(stride, len(modes)))]
     table = CoreTable(cores[first:], modes[:len(columns)], columns)
     return table, fields.get("procs_running"), fields.get("procs_blocked")

@@ -2,37 +2,28 @@
 
 from __future__ import annotations
 
-import time
 from itertools import repeat
 from operator import truediv
 
 from gpuwait.collectors.cpu.parse import core_seconds, parse_proc_stat
 from gpuwait.collectors.cpu.payload import CpuData
 from gpuwait.core.errors import ParseError, SourceError
-from gpuwait.core.pseudofile import KeptDescriptors
 from gpuwait.core.reading import Reading
-from gpuwait.core.source import HostPaths, Source, user_hz
+from gpuwait.core.source import HostPaths, KernelFileSource, user_hz
 
 #: Modes exported as counters, as node_exporter does: guest time is already inside user/nice.
 EXPORTED_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
 
-class CpuSource(Source):
+class CpuSource(KernelFileSource):
     name = "cpu"
     tier = "fast"
 
     def __init__(self, paths: HostPaths, ticks_per_second: int | None = None) -> None:
-        super().__init__(paths)
-        self.path = paths.proc("stat")
+        super().__init__(paths, paths.proc("stat"))
         self.ticks_per_second = ticks_per_second or user_hz()
-        self._kept = KeptDescriptors()
 
-    def close(self) -> None:
-        self._kept.close()
-
-    def read(self) -> Reading:
-        t = time.monotonic()
-        text = self._kept.read_text(self.path)
+    def parse_reading(self, t: float, text: str) -> Reading:
         usual = core_seconds(text, EXPORTED_MODES, self.ticks_per_second)
         if usual is not None:
             return self.reading(t, CpuData(*usual), ())
