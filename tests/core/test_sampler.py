@@ -142,6 +142,35 @@ def test_sources_of_one_interval_share_a_thread_until_one_holds_it():
     assert not sampler.alive()
 
 
+class _CountedStop(threading.Event):
+    """The sampler's stop event, counting the waits of the read watchdog's thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watchdog_waits = 0
+
+    def wait(self, timeout=None):
+        if threading.current_thread().name == "read-watchdog":
+            self.watchdog_waits += 1
+        return super().wait(timeout)
+
+
+def test_the_watchdog_wakes_once_a_patience_while_reads_return():
+    """Reads of 50 ms tiers that return at once: the watchdog looks once per tier patience
+    (0.25 s here), not more often, and still moves a read that holds the tier."""
+    quick, held = CountingSource(), SleepingSource(0.0)
+    sampler = sampler_with({"quick": quick, "held": held}, "--sample.interval=50ms", "--analysis.interval=10s")
+    sampler._stop = stop = _CountedStop()
+    sampler.start()
+    try:
+        time.sleep(2.0)
+        assert stop.watchdog_waits <= 2.0 / 0.25 + 2, stop.watchdog_waits
+        held.seconds = 1.0
+        assert wait_for(lambda: "sample-held" in _sampling_threads("quick", "held"), 5.0)
+    finally:
+        sampler.stop(timeout=3.0)
+
+
 def test_overruns_counted_when_a_read_outlasts_its_slot():
     slow = SleepingSource(0.3)
     sampler = sampler_with({"slow": slow}, "--sample.interval=50ms", "--analysis.interval=10s")
@@ -784,6 +813,21 @@ def test_a_tier_read_as_often_as_the_passes_is_folded_in_by_its_thread():
     finally:
         sampler.stop(timeout=3.0)
     assert set(source.decoded_in) == {"sample-every-0.05s"}
+
+
+def test_a_tier_whose_readings_are_recorded_folds_them_in_as_it_reads():
+    """A trace is written in the order of the reads: a recorder sees each as it is taken."""
+    source = CapturingSource()
+    sampler = sampler_with({"c": source}, "--sample.interval=50ms", "--analysis.interval=1h")
+    recorded: list[float] = []
+    sampler.observers.append(lambda reading: recorded.append(reading.data["c"]))
+    sampler.start()
+    try:
+        assert wait_for(lambda: len(recorded) >= 4)
+    finally:
+        sampler.stop(timeout=3.0)
+    assert set(source.decoded_in) == {"sample-every-0.05s"}
+    assert recorded == [float(n) for n in range(1, len(recorded) + 1)]
 
 
 def test_held_reads_are_folded_in_in_order_before_a_failed_one():

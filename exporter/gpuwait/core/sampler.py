@@ -388,8 +388,10 @@ class Sampler:
             due = tier.next_due
             # A tier read several times between two analysis passes leaves its reads for the
             # pass to decode and fold in together, when the parsing code is warm: a read alone
-            # every 100 ms finds the caches cold, and costs about half as much again.
-            defer = interval < self.settings[ANALYSIS_INTERVAL]
+            # every 100 ms finds the caches cold, and costs about half as much again. Not while
+            # a recorder observes the readings: a trace is written in the order of the reads,
+            # which a second's reads of one source folded in at once would not keep.
+            defer = interval < self.settings[ANALYSIS_INTERVAL] and not self.observers
             for state in tier.states:
                 if self._stop.is_set():
                     return
@@ -413,15 +415,22 @@ class Sampler:
             self._stop.wait(max(0.0, tier.next_due - time.monotonic()))
 
     def _run_watchdog(self) -> None:
+        """Looks at the tiers when the read in flight will have held its tier for the tier's
+        patience, or a patience after this look when none is in flight (a read that starts
+        later has not held its tier that long by then). A look at a fixed fraction of the
+        patience would wake the process several times as often, at the same cost a wake."""
         while True:
             with self._threads_lock:
                 tiers = list(self._tiers)
-            period = min((tier.patience for tier in tiers), default=1.0) / 2
-            if self._stop.wait(period):
-                return
             now = time.monotonic()
+            wake = now + min((tier.patience for tier in tiers), default=1.0)
             for tier in tiers:
                 self._move_held_read(tier, now)
+                in_flight = tier.in_flight
+                if in_flight is not None and tier.handover is None:
+                    wake = min(wake, in_flight[1] + tier.patience)
+            if self._stop.wait(max(0.0, wake - now)):
+                return
 
     def _move_held_read(self, tier: _Tier, now: float) -> None:
         """A read that has held its tier's thread past the tier's patience leaves the tier with
