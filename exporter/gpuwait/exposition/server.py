@@ -49,6 +49,8 @@ HANDSHAKE_TIMEOUT_SECONDS = 5.0
 #: Deadline for sending the response once the request has arrived; far above any sane
 #: scrape timeout, it only stops a client that reads the response a byte at a time.
 RESPONSE_TIMEOUT_SECONDS = 60.0
+#: How often open connections are looked at for a deadline they overran.
+REAP_SECONDS = 0.25
 #: A connection answered for longer than this may be cut to make room for a new request.
 STALE_AFTER_SECONDS = 15.0
 #: Connections still handshaking or sending their request, per --web.max-connections: a
@@ -143,6 +145,7 @@ class ConnectionGuard:
                 self._cut(pending[0])  # oldest first: dicts keep insertion order
             conn = _Connection(sock, time.monotonic())
             self._open[id(conn)] = conn
+            self._cond.notify_all()  # the reaper sleeps while no connection is open
             return conn
 
     def handshake(self, conn: _Connection) -> None:
@@ -224,7 +227,8 @@ class ConnectionGuard:
                     if not conn.cut and now >= conn.deadline:
                         log.debug("cutting a connection that overran its %s deadline", conn.phase)
                         self._cut(conn)
-                self._cond.wait(0.25)
+                # Between scrapes no connection is open: nothing to look at until one is.
+                self._cond.wait(REAP_SECONDS if self._open else None)
 
 
 class _Server(socketserver.TCPServer):
