@@ -142,6 +142,23 @@ def test_fast_reading_carries_every_gpu_and_ordered_rows(double, rigs):
     assert by_index[6].up and by_index[6].utilization is not None
 
 
+def test_captures_decoded_a_second_later_give_what_they_give_at_once(double, rigs):
+    """The sampler decodes a second's captures at its next analysis pass: the rows and the
+    readings cannot depend on when the decoding happens."""
+    r = rig(double, rigs)
+    captures = []
+    end = time.monotonic() + 1.2
+    while time.monotonic() < end:
+        captures.append(r.fast.capture())
+        time.sleep(0.1)
+    at_once = GpuSource(HostPaths(), r.settings, gateway=r.gateway)
+    readings = [at_once.decode(c) for c in captures]
+    later = [r.fast.decode(c) for c in captures]
+    assert [x.data for x in later] == [x.data for x in readings]
+    assert sum(len(x.data.rows) for x in later) >= 6
+    assert all(g.up for x in later for g in x.data.gpus)
+
+
 def test_samples_unsupported_falls_back_to_polling(double, rigs):
     r = rig(double, rigs)
     run_for(r, 0.6)

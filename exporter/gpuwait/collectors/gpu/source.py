@@ -102,12 +102,21 @@ class GpuSource(Source):
         self._latest: dict[str, list[float | None]] = {}
 
     def read(self) -> Reading:
+        return self.decode(self.capture())
+
+    def capture(self) -> tuple[float, str | None, list]:
+        """The time, why NVML is not up (None when it is), and what each GPU's job put (or,
+        NVML down, the GPUs known): the driver's calls are made now, the rows later."""
         t = time.monotonic()
         status = self.gateway.ensure()
         if not status.up:
-            gpus = tuple(GpuTick(i, u, False) for i, u, _ in self.gateway.devices())
-            return self.reading(t, GpuFastData(False, status.reason, gpus))
-        results = self.gateway.run(self._job, lane="fast")
+            return t, status.reason, list(self.gateway.devices())
+        return t, None, self.gateway.run(self._job, lane="fast")
+
+    def decode(self, captured: tuple[float, str | None, list]) -> Reading:
+        t, down, results = captured
+        if down is not None:
+            return self.reading(t, GpuFastData(False, down, tuple(GpuTick(i, u, False) for i, u, _ in results)))
         ticks = []
         errors: list[str] = []
         for result in results:
@@ -123,6 +132,10 @@ class GpuSource(Source):
     def _job(self, s: DeviceSession) -> None:
         samples = s.utilization_samples("gpu")
         s.put("samples", samples)
+        if samples:
+            # Here, not where the rows are made: the next job decides on it, and the rows of
+            # this one may be made after it.
+            self._newest_sample[s.uuid] = samples[-1][0]
         s.put("memory_samples", s.utilization_samples("memory"))
         newest = self._newest_sample.get(s.uuid)
         if samples is NA or (not samples and (newest is None or time.monotonic() - newest > STALE_SAMPLES_SECONDS)):
@@ -146,7 +159,6 @@ class GpuSource(Source):
                 add(ts, (window.UTIL, index, uuid), value)
             utilization = samples[-1][1]
             count = len(samples)
-            self._newest_sample[uuid] = samples[-1][0]
             self._newest[uuid] = samples[-1][0]
         memory_samples = result.get("memory_samples")
         if memory_samples:
