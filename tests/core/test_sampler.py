@@ -865,6 +865,18 @@ def test_a_tier_holds_at_most_a_bounded_number_of_reads():
     assert len(state.undecoded) == 0 and state.reads == 1 + MAX_UNDECODED_READS
 
 
+def test_a_held_read_is_served_as_taken_when_it_was_read_not_when_it_was_folded_in():
+    sampler = sampler_with({"c": CapturingSource()}, "--sample.interval=50ms", "--analysis.interval=1h")
+    state = sampler.states["c"]
+    _taken(sampler, state)
+    read_by = time.monotonic()
+    _taken(sampler, state)
+    assert state.reads == 1
+    time.sleep(0.3)
+    sampler.analyse_once()
+    assert state.reads == 2 and state.taken_at <= read_by + 0.1 < time.monotonic() - 0.2
+
+
 def test_a_held_read_counts_its_decoding_in_its_duration():
     sampler = sampler_with({"c": CapturingSource(decode_seconds=0.02)}, "--sample.interval=50ms",
                            "--analysis.interval=1h")

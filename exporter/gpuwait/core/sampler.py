@@ -572,9 +572,10 @@ class Sampler:
             undecoded = state.undecoded
             while undecoded:
                 outcome, lag = undecoded.popleft()
+                taken_at = outcome.started + outcome.duration  # read then, folded in now
                 outcome = self.decoded(state, outcome)
                 self.ingest(state, outcome.reading, outcome.details, outcome.started, outcome.duration, lag,
-                            outcome.no_data)
+                            outcome.no_data, taken_at)
 
     def settle_all(self) -> None:
         for state in self.states.values():
@@ -584,12 +585,15 @@ class Sampler:
     def ingest(
         self, state: SourceState, reading: Reading | None, details: dict[str, str] | None = None,
         started: float | None = None, duration: float = 0.0, lag: float = 0.0, no_data: NoData | None = None,
+        taken_at: float | None = None,
     ) -> None:
         """Fold one read's outcome into the source's state: the path shared by live sampling
         and by replay, so a replayed trace is analysed exactly like the live run was.
 
         ``no_data`` is a read that worked and found nothing to report: the source is up, no
-        error is counted, and the series of its last reading go (the feature is gone)."""
+        error is counted, and the series of its last reading go (the feature is gone).
+        ``taken_at``: when the read ended on the process's clock, if it was not just now (a
+        read folded in at the pass after it)."""
         details = dict(details or {})
         if reading is not None:
             for cause in reading.errors:
@@ -613,7 +617,7 @@ class Sampler:
             state.timed_out = False
             if reading is not None:
                 state.latest = reading
-                state.taken_at = time.monotonic()
+                state.taken_at = taken_at if taken_at is not None else time.monotonic()
                 if state.ring is not None:
                     for t, values in rows:
                         state.ring.append(t, values)
