@@ -11,8 +11,8 @@ median of hot repeats). A live tick runs every source once after 100 ms asleep, 
 other threads, so its caches are cold and its allocations feed the collector: this gives the
 mean CPU of such ticks, per source (read: what the tier's thread does; settle: the decoding,
 the columns and the ring appends, per tick), in the reading thread, and the whole process's
-CPU per tick, which counts the threads a read hands work to (the GPUs' NVML workers). The rings are filled first, so appends overwrite as they do
-live. Paced ticks are compared with ticks run back to back in the same run, which tells how
+CPU per tick, which counts the threads a read hands work to (the GPUs' NVML workers). The
+rings are filled first, so appends overwrite as they do live. Paced ticks are compared with ticks run back to back in the same run, which tells how
 much of a tick the sleep costs. Run ``bench/bignode.py write BIG`` beside it for counters that
 move. Not a test: it asserts nothing.
 """

@@ -555,13 +555,10 @@ class Sampler:
 
     def take(self, state: SourceState, outcome: ReadOutcome, lag: float) -> None:
         """Fold in a read of the tier's thread, or hold it for ``settle`` if it was only
-        captured. A failed read is folded in at once, after those held before it (the source
-        goes down without waiting for the next pass), and so is the read of a source that is
-        not up (its first makes the exporter ready; one coming back is served at once) and one
-        that finds MAX_UNDECODED_READS held."""
-        if outcome.captured is None and not state.undecoded:
-            self.ingest(state, outcome.reading, outcome.details, outcome.started, outcome.duration, lag, outcome.no_data)
-            return
+        captured. A whole read, and one that failed, is folded in at once, after those held
+        before it (a source goes down without waiting for the next pass), and so is the
+        capture of a source that is not up (its first makes the exporter ready; one coming
+        back is served at once) and one that finds MAX_UNDECODED_READS held."""
         state.undecoded.append((outcome, lag))
         if outcome.captured is None or not state.up or len(state.undecoded) >= MAX_UNDECODED_READS:
             self.settle(state)

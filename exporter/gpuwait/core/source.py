@@ -79,8 +79,8 @@ class Source(ABC):
 
 class KernelFileSource(Source):
     """A source whose reading is one kernel file, read through a kept descriptor: the capture
-    is the file's text and the time it was read at, and ``parse(t, text)`` makes the Reading
-    (raising SourceError for a file it cannot read at all)."""
+    is the file's text and the time it was read at, and ``parse_reading(t, text)`` makes the
+    Reading (raising SourceError for a file it cannot read at all)."""
 
     def __init__(self, paths: HostPaths, path: str) -> None:
         super().__init__(paths)

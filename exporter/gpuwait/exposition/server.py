@@ -143,9 +143,10 @@ class ConnectionGuard:
             pending = [c for c in self._open.values() if c.pending and not c.cut]
             if len(pending) >= self.max_pending:
                 self._cut(pending[0])  # oldest first: dicts keep insertion order
+            if not self._open:
+                self._cond.notify_all()  # the reaper sleeps while no connection is open
             conn = _Connection(sock, time.monotonic())
             self._open[id(conn)] = conn
-            self._cond.notify_all()  # the reaper sleeps while no connection is open
             return conn
 
     def handshake(self, conn: _Connection) -> None:
